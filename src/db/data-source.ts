@@ -1,0 +1,57 @@
+/**
+ * Builds the TypeORM DataSource for either dialect.
+ *
+ * Entities and migrations are passed as explicit class lists (no globs), so the
+ * same code runs under tsx, vitest and any bundler. `synchronize` is never on:
+ * the schema comes only from the reviewed migration history.
+ */
+import 'reflect-metadata';
+import { DataSource } from 'typeorm';
+import { ALL_ENTITIES } from '../../entities/index';
+import { ALL_MIGRATIONS } from '../../migrations/index';
+import type { DbConfig } from './config';
+
+export interface DataSourceOptions {
+  /** Pool size. The default (10) suits one process running every role. */
+  poolSize?: number;
+  logging?: boolean;
+}
+
+export function createDataSource(config: DbConfig, options: DataSourceOptions = {}): DataSource {
+  const poolSize = options.poolSize ?? 10;
+  const common = {
+    url: config.url,
+    entities: ALL_ENTITIES,
+    migrations: ALL_MIGRATIONS,
+    migrationsTableName: 'taskledger_migrations',
+    migrationsTransactionMode: 'each' as const,
+    synchronize: false,
+    logging: options.logging ?? false,
+  };
+  if (config.dialect === 'postgres') {
+    return new DataSource({
+      ...common,
+      type: 'postgres',
+      poolSize,
+      extra: {
+        // Every connection uses UTC and READ COMMITTED (the server default on PostgreSQL).
+        options: '-c timezone=UTC -c default_transaction_isolation=read\\ committed',
+      },
+    });
+  }
+  return new DataSource({
+    ...common,
+    type: 'mysql',
+    poolSize,
+    timezone: 'Z',
+    charset: 'utf8mb4_bin',
+    supportBigNumbers: true,
+    bigNumberStrings: true,
+    dateStrings: false,
+    extra: {
+      // READ COMMITTED plus explicit row/key locks: REPEATABLE READ's gap locks on
+      // absent rows deadlock inserts (see docs/adr/0001-lock-keys.md).
+      connectionLimit: poolSize,
+    },
+  });
+}

@@ -1,0 +1,34 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * Every suite runs once per dialect: the `postgres` and `mysql` projects differ
+ * only in TASKLEDGER_DB_URL. Each project's global setup recreates its own test
+ * database and applies the migration history, so a run always starts clean.
+ * Override the servers with TASKLEDGER_TEST_PG_URL / TASKLEDGER_TEST_MYSQL_URL.
+ */
+const pgUrl = process.env.TASKLEDGER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/taskledger_test';
+const mysqlUrl = process.env.TASKLEDGER_TEST_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/taskledger_test';
+const redisUrl = process.env.TASKLEDGER_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+function project(name: 'postgres' | 'mysql', url: string) {
+  return {
+    extends: true as const,
+    test: {
+      name,
+      env: { TASKLEDGER_DB_URL: url, TASKLEDGER_REDIS_URL: redisUrl, TASKLEDGER_TEST_DIALECT: name },
+      globalSetup: ['test/support/global-setup.ts'],
+    },
+  };
+}
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    // Two cores: a few files at a time per project keeps both databases busy
+    // without starving them.
+    maxWorkers: 2,
+    projects: [project('postgres', pgUrl), project('mysql', mysqlUrl)],
+  },
+});
