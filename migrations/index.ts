@@ -1,2 +1,16 @@
-// Replaced by the schema work: every migration class, in order.
-export const ALL_MIGRATIONS: Function[] = [];
+/**
+ * The migration history, in order. Only MigrationInterface classes belong here;
+ * DDL helpers live in src/db/migration-columns.ts.
+ */
+import type { MigrationInterface } from 'typeorm';
+import { SetupAndAuthority1796169600000 } from './1796169600000-SetupAndAuthority';
+import { CreationLedger1796169660000 } from './1796169660000-CreationLedger';
+import { LiveTaskRows1796169720000 } from './1796169720000-LiveTaskRows';
+import { CleanupLaunchEvents1796169780000 } from './1796169780000-CleanupLaunchEvents';
+
+export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
+  SetupAndAuthority1796169600000,
+  CreationLedger1796169660000,
+  LiveTaskRows1796169720000,
+  CleanupLaunchEvents1796169780000,
+];

@@ -1,0 +1,69 @@
+/**
+ * Entity for `tasks` (docs/schema.md). The live task row (deleted by Abort);
+ * external_id is byte-exact and unique per workspace (tier 5). Property names equal
+ * column names; the schema comes only from migrations/.
+ */
+import { Column, Entity, PrimaryColumn } from 'typeorm';
+import type { StartPolicy, TaskCreationState, TaskLifecycleState } from '../src/domain/vocab';
+
+@Entity({ name: 'tasks' })
+export class Task {
+  @PrimaryColumn({ type: 'uuid' })
+  id!: string;
+
+  @Column({ type: 'uuid' })
+  workspace_id!: string;
+
+  @Column({ type: 'uuid', nullable: true })
+  workflow_id!: string | null;
+
+  @Column({ type: 'uuid', nullable: true })
+  workflow_step_id!: string | null;
+
+  @Column({ type: 'uuid', nullable: true })
+  parent_id!: string | null;
+
+  @Column({ type: 'varchar', length: 500 })
+  title!: string;
+
+  /** Free text, not a canonical document. */
+  @Column({ type: 'text', nullable: true })
+  description!: string | null;
+
+  @Column({ type: 'varchar', length: 16 })
+  creation_state!: TaskCreationState;
+
+  @Column({ type: 'varchar', length: 16 })
+  lifecycle_state!: TaskLifecycleState;
+
+  @Column({ type: 'int' })
+  lifecycle_generation!: number;
+
+  @Column({ type: 'varchar', length: 16 })
+  start_policy!: StartPolicy;
+
+  @Column({ type: 'boolean' })
+  wip_admitted!: boolean;
+
+  @Column({ type: 'uuid', nullable: true })
+  queued_for_step_id!: string | null;
+
+  /** Byte-exact, case-sensitive, no-pad (COLLATE "C" / utf8mb4 no-pad binary). */
+  @Column({ type: 'varchar', length: 255, nullable: true })
+  external_id!: string | null;
+
+  @Column({ type: 'timestamp', nullable: true })
+  external_id_settled_at!: Date | null;
+
+  @Column({ type: 'uuid' })
+  creation_operation_id!: string;
+
+  @Column({ type: 'int' })
+  revision!: number;
+
+  @Column({ type: 'timestamp' })
+  created_at!: Date;
+
+  @Column({ type: 'timestamp' })
+  updated_at!: Date;
+}
