@@ -1,7 +1,7 @@
 /**
  * The canonical documents of the task creation protocol, as TypeScript types.
  *
- * Each type has exactly one closed ajv schema in `schemas.ts` (extra or unknown
+ * Each type has exactly one closed ajv schema in `schemas/` (extra or unknown
  * fields are invalid). UUIDs are lowercase RFC 4122 strings, hashes are 64
  * lowercase hex characters, absent optionals are `null` (never omitted), and
  * every list is sorted by its canonical key with no duplicates.
@@ -137,7 +137,7 @@ export interface CreationPlan {
   workflow_id: Uuid | null;
   workflow_step_id: Uuid | null;
   parent_id: Uuid | null;
-  /** `requestHash()` of the validated create request. */
+  /** `createRequestHash()` of the validated create request. */
   request_sha256: Sha256Hex;
   start_policy: StartPolicy;
   /** Non-null exactly when `start_policy` is `deferred` and an agent profile resolved. */
@@ -169,7 +169,7 @@ export interface StepEvidence {
   kind: StepKind;
   step_key: string;
   request_sha256: Sha256Hex;
-  /** Per-kind closed observation object (see `schemas.ts`). */
+  /** Per-kind closed observation object (see `schemas/observations.ts`). */
   observation: Record<string, unknown>;
   /** RFC 3339 UTC with milliseconds, e.g. `2026-12-02T16:03:12.123Z`. */
   observed_at: string;

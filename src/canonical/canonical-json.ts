@@ -1,0 +1,129 @@
+/**
+ * RFC 8785 (JSON Canonicalization Scheme) bytes for the protocol's documents.
+ *
+ * Contract:
+ * - `canonicalJson(value)` returns the RFC 8785 text of a plain JSON value
+ *   (null, boolean, finite number, string without lone surrogates, dense array,
+ *   object whose prototype is `Object.prototype` or `null`). Anything else
+ *   (undefined anywhere, functions, symbols, bigint, NaN/Infinity, Date, Buffer,
+ *   Map, class instances, sparse arrays, cycles) throws
+ *   `ValidationError(<JSON pointer>, ..., 'invalid_document')`; nothing is
+ *   silently dropped or coerced through `toJSON`.
+ * - `canonicalBytes(value)` is the UTF-8 encoding of that text.
+ * - `parseCanonical(text)` parses JSON text read back from a database column
+ *   and, unless `{ requireCanonical: false }`, asserts the text is byte-equal to
+ *   its own canonical form (so duplicate keys, whitespace or reordered keys are
+ *   rejected). Callers still re-canonicalize before hashing: never hash what
+ *   the database returned.
+ */
+import canonicalize from 'canonicalize';
+import { ValidationError } from '../domain/errors';
+
+/** Appends one reference token to a JSON pointer (RFC 6901 escaping). */
+export function jsonPointer(parent: string, token: string | number): string {
+  return `${parent}/${String(token).replace(/~/g, '~0').replace(/\//g, '~1')}`;
+}
+
+function invalid(field: string, message: string): ValidationError {
+  return new ValidationError(field, message, 'invalid_document');
+}
+
+function hasLoneSurrogate(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
+      if (next < 0xdc00 || next > 0xdfff) return true;
+      i++;
+    } else if (c >= 0xdc00 && c <= 0xdfff) {
+      return true;
+    }
+  }
+  return false;
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return 'a symbol';
+  if (typeof value === 'bigint') return 'a bigint';
+  if (typeof value === 'object' && value !== null) {
+    const name = (value as object).constructor?.name;
+    return name ? `a ${name} instance` : 'a non-plain object';
+  }
+  return typeof value;
+}
+
+/** Throws unless `value` is a plain JSON value (see the file contract). */
+export function assertPlainJson(value: unknown, path = '', ancestors: object[] = []): void {
+  switch (typeof value) {
+    case 'string':
+      if (hasLoneSurrogate(value)) throw invalid(path, 'string contains a lone UTF-16 surrogate');
+      return;
+    case 'boolean':
+      return;
+    case 'number':
+      if (!Number.isFinite(value)) throw invalid(path, `number ${String(value)} is not valid JSON`);
+      return;
+    case 'object':
+      break;
+    default:
+      throw invalid(path, `${describe(value)} is not a JSON value`);
+  }
+  if (value === null) return;
+  if (ancestors.includes(value)) throw invalid(path, 'circular reference');
+  ancestors.push(value);
+  try {
+    if (Array.isArray(value)) {
+      if (Object.getPrototypeOf(value) !== Array.prototype) throw invalid(path, `${describe(value)} is not a JSON value`);
+      for (let i = 0; i < value.length; i++) {
+        const child = jsonPointer(path, i);
+        if (!(i in value)) throw invalid(child, 'sparse array hole is not a JSON value');
+        assertPlainJson(value[i], child, ancestors);
+      }
+      return;
+    }
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) throw invalid(path, `${describe(value)} is not a JSON value`);
+    if (Object.getOwnPropertySymbols(value).length > 0) throw invalid(path, 'symbol-keyed property is not JSON');
+    for (const key of Object.keys(value)) {
+      if (hasLoneSurrogate(key)) throw invalid(jsonPointer(path, key), 'key contains a lone UTF-16 surrogate');
+      assertPlainJson((value as Record<string, unknown>)[key], jsonPointer(path, key), ancestors);
+    }
+  } finally {
+    ancestors.pop();
+  }
+}
+
+/** RFC 8785 canonical JSON text of a plain JSON value. */
+export function canonicalJson(value: unknown): string {
+  assertPlainJson(value);
+  const text = canonicalize(value);
+  if (typeof text !== 'string') throw invalid('', 'value has no JSON representation');
+  return text;
+}
+
+/** UTF-8 bytes of `canonicalJson(value)`. */
+export function canonicalBytes(value: unknown): Buffer {
+  return Buffer.from(canonicalJson(value), 'utf8');
+}
+
+export interface ParseCanonicalOptions {
+  /** Assert `text` is exactly its own RFC 8785 form (default true). */
+  requireCanonical?: boolean;
+}
+
+/** Parses stored canonical JSON text; see the file contract. */
+export function parseCanonical(text: string, options: ParseCanonicalOptions = {}): unknown {
+  if (typeof text !== 'string') throw invalid('', `expected JSON text, got ${describe(text)}`);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text) as unknown;
+  } catch (err) {
+    throw invalid('', `not valid JSON text (${(err as Error).message})`);
+  }
+  if (options.requireCanonical ?? true) {
+    if (canonicalJson(parsed) !== text) throw invalid('', 'JSON text is not in RFC 8785 canonical form');
+  }
+  return parsed;
+}
