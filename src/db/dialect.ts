@@ -1,0 +1,72 @@
+/**
+ * Every difference between PostgreSQL and MySQL/MariaDB that business code
+ * would otherwise see lives here: placeholders, the database clock, shared
+ * row locks, retryable and unique-violation error detection.
+ */
+import type { Dialect } from './config';
+
+/** SQL is written with `?` placeholders; PostgreSQL gets `$1..$n`. */
+export function toDialectSql(dialect: Dialect, sql: string): string {
+  if (dialect === 'mysql') return sql;
+  let n = 0;
+  return sql.replace(/\?/g, () => `$${++n}`);
+}
+
+/**
+ * The database clock, at millisecond precision. PostgreSQL's `now()` is the
+ * transaction start, so leases use `clock_timestamp()`; MySQL's `NOW(3)` is
+ * the statement start, which is what a lease wants.
+ */
+export function nowSql(dialect: Dialect): string {
+  return dialect === 'postgres' ? "date_trunc('milliseconds', clock_timestamp())" : 'NOW(3)';
+}
+
+/** `now + ms` in SQL, with `ms` a bound integer parameter. */
+export function nowPlusMsSql(dialect: Dialect): string {
+  return dialect === 'postgres'
+    ? "date_trunc('milliseconds', clock_timestamp()) + (CAST(? AS integer) * interval '1 millisecond')"
+    : 'NOW(3) + INTERVAL (? * 1000) MICROSECOND';
+}
+
+export function forShareSql(dialect: Dialect): string {
+  return dialect === 'postgres' ? 'FOR SHARE' : 'LOCK IN SHARE MODE';
+}
+
+interface DriverError {
+  code?: string;
+  errno?: number;
+  constraint?: string;
+  sqlMessage?: string;
+  message?: string;
+}
+
+function driverErrorOf(err: unknown): DriverError {
+  if (err && typeof err === 'object') {
+    const e = err as { driverError?: DriverError } & DriverError;
+    return e.driverError ?? e;
+  }
+  return {};
+}
+
+/** PG 40001 serialization, 40P01 deadlock, 55P03 lock not available; MySQL 1213 deadlock, 1205 lock wait timeout, 3572 NOWAIT. */
+export function isRetryableError(err: unknown): boolean {
+  const d = driverErrorOf(err);
+  if (d.code === '40001' || d.code === '40P01' || d.code === '55P03') return true;
+  return d.errno === 1213 || d.errno === 1205 || d.errno === 3572;
+}
+
+/** A unique violation means "re-read by key", never "retry blindly". */
+export function uniqueViolationConstraint(err: unknown): string | null {
+  const d = driverErrorOf(err);
+  if (d.code === '23505') return d.constraint ?? '';
+  if (d.errno === 1062) {
+    const m = /for key '(?:[^.']*\.)?([^']+)'/.exec(d.sqlMessage ?? d.message ?? '');
+    return m?.[1] ?? '';
+  }
+  return null;
+}
+
+export function isCheckViolation(err: unknown): boolean {
+  const d = driverErrorOf(err);
+  return d.code === '23514' || d.errno === 4025 || d.errno === 3819;
+}

@@ -1,0 +1,186 @@
+/**
+ * The transaction runner: the only place that begins, commits, rolls back and
+ * retries.
+ *
+ * `runTransaction(db, name, fn)` opens one READ COMMITTED transaction with a
+ * fresh LockPlan, runs `fn(tx)`, and commits. A deadlock, serialization or
+ * lock-wait failure rolls back and restarts the whole command from tier 1
+ * (nothing read in the failed attempt is reused), with capped exponential
+ * backoff plus jitter. Any other error rolls back and propagates. `fn` must do
+ * no I/O other than SQL on `tx`: Git, HTTP and process work happen outside.
+ */
+import type { DataSource, QueryRunner } from 'typeorm';
+import { TaskLedgerError } from '../domain/errors';
+import type { Dialect } from './config';
+import {
+  forShareSql,
+  isRetryableError,
+  nowPlusMsSql,
+  nowSql,
+  toDialectSql,
+  uniqueViolationConstraint,
+} from './dialect';
+import { LockPlan, type Tier } from './lock-plan';
+
+export interface Db {
+  readonly ds: DataSource;
+  readonly dialect: Dialect;
+}
+
+/** Why these numbers: contention on one workspace resolves within a few
+ *  milliseconds; 10 attempts with a 5 ms base and 250 ms cap give up after
+ *  roughly a second of sustained deadlocks, which signals a bug, not load. */
+const MAX_ATTEMPTS = 10;
+const BACKOFF_BASE_MS = 5;
+const BACKOFF_CAP_MS = 250;
+
+export type SqlParam = string | number | bigint | boolean | null | Date | Buffer;
+
+export class Tx {
+  readonly locks = new LockPlan();
+  private rollbackRequested = false;
+
+  constructor(
+    private readonly qr: QueryRunner,
+    readonly dialect: Dialect,
+  ) {}
+
+  /** Rows of a SELECT (or RETURNING). SQL uses `?` placeholders. */
+  async rows<T = Record<string, unknown>>(sql: string, params: SqlParam[] = []): Promise<T[]> {
+    const res = await this.qr.query(toDialectSql(this.dialect, sql), params, true);
+    return (res.records ?? []) as T[];
+  }
+
+  async one<T = Record<string, unknown>>(sql: string, params: SqlParam[] = []): Promise<T | undefined> {
+    const rows = await this.rows<T>(sql, params);
+    return rows[0];
+  }
+
+  /** Runs an INSERT/UPDATE/DELETE and returns the affected row count. */
+  async exec(sql: string, params: SqlParam[] = []): Promise<number> {
+    const res = await this.qr.query(toDialectSql(this.dialect, sql), params, true);
+    return Number(res.affected ?? 0);
+  }
+
+  /** The database clock (ms precision). */
+  get now(): string {
+    return nowSql(this.dialect);
+  }
+
+  /** `now + ?ms`; bind the milliseconds as the next parameter. */
+  get nowPlusMs(): string {
+    return nowPlusMsSql(this.dialect);
+  }
+
+  get forShare(): string {
+    return forShareSql(this.dialect);
+  }
+
+  /**
+   * Takes a transaction-scoped exclusive lock on an identity key (a 32-byte
+   * digest), in tier order. PostgreSQL: `pg_advisory_xact_lock` on the first
+   * eight digest bytes. MySQL: the `lock_keys` row of the full digest, locked
+   * FOR UPDATE and inserted if absent (docs/adr/0001-lock-keys.md). Either is
+   * released only by commit or rollback.
+   */
+  async lockKey(tier: Tier, digest: Buffer, planKey?: string): Promise<void> {
+    const hex = digest.toString('hex');
+    // `planKey` lets a key lock sort with the rows of its tier (e.g. a new
+    // task's key among existing task rows, all in UUID order).
+    if (this.locks.acquire(tier, planKey ?? `key:${hex}`) === 'held') return;
+    if (this.dialect === 'postgres') {
+      await this.rows('SELECT pg_advisory_xact_lock(?::bigint) AS locked', [digest.readBigInt64BE(0).toString()]);
+      return;
+    }
+    const found = await this.rows('SELECT key_hash FROM lock_keys WHERE key_hash = ? FOR UPDATE', [hex]);
+    if (found.length > 0) return;
+    try {
+      await this.exec(`INSERT INTO lock_keys (key_hash, created_at) VALUES (?, ${this.now})`, [hex]);
+    } catch (err) {
+      // A concurrent first insert of the same key won: its commit made the row
+      // visible, so lock it. (A deadlock here restarts the command.)
+      if ((err as { driverError?: { errno?: number } }).driverError?.errno !== 1062) throw err;
+      await this.rows('SELECT key_hash FROM lock_keys WHERE key_hash = ? FOR UPDATE', [hex]);
+    }
+  }
+
+  /**
+   * Ends this transaction with a rollback instead of a commit while still
+   * returning the command's value (e.g. Begin found the external ID after
+   * inserting its operation row: the found outcome must write nothing).
+   */
+  rollbackOnly(): void {
+    this.rollbackRequested = true;
+  }
+
+  get isRollbackOnly(): boolean {
+    return this.rollbackRequested;
+  }
+
+  /** Records a row lock in the plan; the caller's SQL takes it (`FOR UPDATE` / `FOR SHARE`). */
+  lockRow(tier: Tier, table: string, key: string): 'new' | 'held' {
+    return this.locks.acquire(tier, `${table}:${key}`);
+  }
+}
+
+export interface TransactionOptions {
+  /** Called before each retry (for metrics and tests). */
+  onRetry?: (attempt: number, err: unknown) => void;
+  /**
+   * Named unique constraints whose violation restarts the command (the re-run
+   * re-reads by key and finds the winner). Any other violation propagates.
+   */
+  restartOnUnique?: readonly string[];
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export async function runTransaction<T>(
+  db: Db,
+  name: string,
+  fn: (tx: Tx) => Promise<T>,
+  options: TransactionOptions = {},
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const qr = db.ds.createQueryRunner();
+    try {
+      await qr.connect();
+      await qr.startTransaction('READ COMMITTED');
+      const tx = new Tx(qr, db.dialect);
+      const result = await fn(tx);
+      if (tx.isRollbackOnly) await qr.rollbackTransaction();
+      else await qr.commitTransaction();
+      return result;
+    } catch (err) {
+      if (qr.isTransactionActive) {
+        await qr.rollbackTransaction().catch(() => undefined);
+      }
+      const unique = uniqueViolationConstraint(err);
+      const restart =
+        isRetryableError(err) || (unique !== null && (options.restartOnUnique ?? []).includes(unique));
+      if (!restart) throw err;
+      if (attempt >= MAX_ATTEMPTS) {
+        throw new TaskLedgerError('retry_exhausted', `${name}: gave up after ${attempt} deadlock/serialization retries`, {
+          command: name,
+        }, { cause: err });
+      }
+      options.onRetry?.(attempt, err);
+      const cap = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
+      await sleep(cap / 2 + Math.random() * (cap / 2));
+    } finally {
+      await qr.release();
+    }
+  }
+}
+
+/** One non-transactional read (autocommit), for lookups outside any command. */
+export async function readRows<T = Record<string, unknown>>(db: Db, sql: string, params: SqlParam[] = []): Promise<T[]> {
+  return (await db.ds.query(toDialectSql(db.dialect, sql), params)) as T[];
+}
+
+/** MySQL returns booleans as 0/1. */
+export function bool(v: unknown): boolean {
+  return v === true || v === 1 || v === '1';
+}

@@ -1,0 +1,232 @@
+/**
+ * Resolves everything the pure plan builder needs, before Begin's transaction:
+ * referenced rows (autocommit reads) and each repository's base commit (Git,
+ * which is I/O and so never runs inside a transaction). A reference that does
+ * not resolve is a ValidationError naming the request field; nothing is
+ * written. Begin re-locks what must not change (workspace, parent, blockers)
+ * inside its transaction.
+ */
+import { ValidationError } from '../domain/errors';
+import { GitError, resolveCommit } from '../git/rev-parse';
+import { readRows, type Db } from '../db/tx';
+import type { CreateTaskRequest } from '../plan/create-request';
+import type { PlanContext } from '../plan/build-plan';
+import { parseCanonical } from '../canonical/canonical-json';
+
+export interface ContextDeps {
+  dataDir: string;
+  newId: () => string;
+  resolveCommit?: (repoPath: string, ref: string) => Promise<string>;
+}
+
+function placeholders(n: number): string {
+  return Array.from({ length: n }, () => '?').join(', ');
+}
+
+async function resolveWorkflow(db: Db, req: CreateTaskRequest): Promise<PlanContext['workflow']> {
+  if (req.workflow_step_id !== null) {
+    const rows = await readRows<{ id: string; workflow_id: string }>(
+      db,
+      'SELECT id, workflow_id FROM workflow_steps WHERE id = ? AND workspace_id = ?',
+      [req.workflow_step_id, req.workspace_id],
+    );
+    const row = rows[0];
+    if (!row) throw new ValidationError('/workflow_step_id', 'unknown workflow step in this workspace');
+    return { workflow_id: row.workflow_id, workflow_step_id: row.id };
+  }
+  // Default placement: the first step of the workspace's oldest workflow.
+  const rows = await readRows<{ id: string; workflow_id: string }>(
+    db,
+    `SELECT s.id, s.workflow_id FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id
+      WHERE s.workspace_id = ? ORDER BY w.created_at, w.id, s.position LIMIT 1`,
+    [req.workspace_id],
+  );
+  const row = rows[0];
+  return row ? { workflow_id: row.workflow_id, workflow_step_id: row.id } : null;
+}
+
+async function resolveParent(db: Db, req: CreateTaskRequest): Promise<PlanContext['parent']> {
+  if (req.parent_id === null) return null;
+  const rows = await readRows<{ id: string }>(
+    db,
+    "SELECT id FROM tasks WHERE id = ? AND workspace_id = ? AND lifecycle_state <> 'deleted'",
+    [req.parent_id, req.workspace_id],
+  );
+  if (!rows[0]) throw new ValidationError('/parent_id', 'unknown parent task in this workspace');
+  const group = await readRows<{ group_id: string }>(
+    db,
+    'SELECT group_id FROM workspace_group_members WHERE task_id = ? ORDER BY group_id',
+    [req.parent_id],
+  );
+  const env = await readRows<{ environment_id: string }>(
+    db,
+    'SELECT environment_id FROM task_environment_bindings WHERE task_id = ?',
+    [req.parent_id],
+  );
+  return { id: req.parent_id, group_id: group[0]?.group_id ?? null, environment_id: env[0]?.environment_id ?? null };
+}
+
+async function resolveBlockers(db: Db, req: CreateTaskRequest): Promise<void> {
+  if (req.blocked_by.length === 0) return;
+  const rows = await readRows<{ id: string }>(
+    db,
+    `SELECT id FROM tasks WHERE workspace_id = ? AND lifecycle_state <> 'deleted' AND id IN (${placeholders(req.blocked_by.length)})`,
+    [req.workspace_id, ...req.blocked_by],
+  );
+  const found = new Set(rows.map((r) => r.id));
+  req.blocked_by.forEach((id, i) => {
+    if (!found.has(id)) throw new ValidationError(`/blocked_by/${i}`, `unknown task ${id} in this workspace`);
+  });
+}
+
+async function resolveEnvironments(
+  db: Db,
+  req: CreateTaskRequest,
+  parent: PlanContext['parent'],
+): Promise<PlanContext['environments']> {
+  const ids = [req.workspace_policy?.environment_id ?? null, parent?.environment_id ?? null].filter(
+    (v): v is string => v !== null,
+  );
+  const out: PlanContext['environments'] = {};
+  for (const id of [...new Set(ids)]) {
+    const env = await readRows<{ id: string }>(
+      db,
+      "SELECT id FROM task_environments WHERE id = ? AND workspace_id = ? AND kind = 'shared'",
+      [id, req.workspace_id],
+    );
+    if (!env[0]) {
+      if (req.workspace_policy?.environment_id === id) {
+        throw new ValidationError('/workspace_policy/environment_id', 'unknown shared environment in this workspace');
+      }
+      continue;
+    }
+    const repos = await readRows<{ repository_id: string }>(
+      db,
+      'SELECT repository_id FROM task_environment_repos WHERE environment_id = ? ORDER BY repository_id',
+      [id],
+    );
+    out[id] = { id, repository_ids: repos.map((r) => r.repository_id) };
+  }
+  return out;
+}
+
+async function resolveGroups(db: Db, req: CreateTaskRequest, parent: PlanContext['parent']): Promise<string[]> {
+  const ids = [req.workspace_policy?.group_id ?? null, parent?.group_id ?? null].filter((v): v is string => v !== null);
+  if (ids.length === 0) return [];
+  const rows = await readRows<{ id: string }>(
+    db,
+    `SELECT id FROM workspace_groups WHERE workspace_id = ? AND id IN (${placeholders(ids.length)})`,
+    [req.workspace_id, ...ids],
+  );
+  const found = rows.map((r) => r.id);
+  const wanted = req.workspace_policy?.group_id;
+  if (wanted && !found.includes(wanted)) {
+    throw new ValidationError('/workspace_policy/group_id', 'unknown workspace group in this workspace');
+  }
+  return found;
+}
+
+async function resolveRepositories(
+  db: Db,
+  req: CreateTaskRequest,
+  deps: ContextDeps,
+): Promise<PlanContext['repositories']> {
+  const out: PlanContext['repositories'] = {};
+  const commitOf = deps.resolveCommit ?? resolveCommit;
+  for (const [i, r] of req.repositories.entries()) {
+    const rows = await readRows<{ id: string; name: string; path: string; default_branch: string }>(
+      db,
+      'SELECT id, name, path, default_branch FROM repositories WHERE id = ? AND workspace_id = ?',
+      [r.repository_id, req.workspace_id],
+    );
+    const repo = rows[0];
+    if (!repo) throw new ValidationError(`/repositories/${i}/repository_id`, 'unknown repository in this workspace');
+    const ref = r.base_branch ?? repo.default_branch;
+    let baseCommit: string;
+    try {
+      baseCommit = await commitOf(repo.path, ref);
+    } catch (err) {
+      if (err instanceof GitError) {
+        const field = err.reason === 'unknown_ref' ? `/repositories/${i}/base_branch` : `/repositories/${i}/repository_id`;
+        throw new ValidationError(field, err.message);
+      }
+      throw err;
+    }
+    out[repo.id] = { ...repo, base_commit: baseCommit };
+  }
+  for (const [i, c] of req.contributions.entries()) {
+    const known = await readRows<{ id: string }>(
+      db,
+      'SELECT id FROM repositories WHERE id = ? AND workspace_id = ?',
+      [c.repository_id, req.workspace_id],
+    );
+    if (!known[0]) throw new ValidationError(`/contributions/${i}/repository_id`, 'unknown repository in this workspace');
+    const conn = await readRows<{ provider: string }>(
+      db,
+      'SELECT provider FROM provider_connections WHERE id = ? AND workspace_id = ?',
+      [c.connection_id, req.workspace_id],
+    );
+    if (!conn[0]) throw new ValidationError(`/contributions/${i}/connection_id`, 'unknown provider connection in this workspace');
+    if (conn[0].provider !== c.provider) {
+      throw new ValidationError(`/contributions/${i}/provider`, `connection is for ${conn[0].provider}, not ${c.provider}`);
+    }
+  }
+  return out;
+}
+
+async function resolveAttachments(db: Db, req: CreateTaskRequest): Promise<PlanContext['attachments']> {
+  if (req.attachments.length === 0) return {};
+  const rows = await readRows<{ id: string; staging_owner_id: string; content_sha256: string; size: string | number }>(
+    db,
+    `SELECT id, staging_owner_id, content_sha256, size FROM task_message_attachments
+      WHERE workspace_id = ? AND owner_kind = 'staging' AND id IN (${placeholders(req.attachments.length)})`,
+    [req.workspace_id, ...req.attachments],
+  );
+  const out: PlanContext['attachments'] = {};
+  for (const r of rows) out[r.id] = { ...r, size: Number(r.size) };
+  req.attachments.forEach((id, i) => {
+    if (!out[id]) throw new ValidationError(`/attachments/${i}`, 'unknown or already claimed attachment in this workspace');
+  });
+  return out;
+}
+
+async function resolveAgentProfile(db: Db, req: CreateTaskRequest): Promise<PlanContext['agentProfile']> {
+  if (req.agent_profile_id === null) return null;
+  const rows = await readRows<{ id: string; executor_kind: 'local'; executor_json: string }>(
+    db,
+    'SELECT id, executor_kind, executor_json FROM agent_profiles WHERE id = ? AND workspace_id = ?',
+    [req.agent_profile_id, req.workspace_id],
+  );
+  const row = rows[0];
+  if (!row) throw new ValidationError('/agent_profile_id', 'unknown agent profile in this workspace');
+  return { id: row.id, executor_kind: row.executor_kind, executor: parseCanonical(row.executor_json) as Record<string, unknown> };
+}
+
+export async function resolvePlanContext(
+  db: Db,
+  req: CreateTaskRequest,
+  taskId: string,
+  deps: ContextDeps,
+): Promise<PlanContext> {
+  const workflow = await resolveWorkflow(db, req);
+  const parent = await resolveParent(db, req);
+  await resolveBlockers(db, req);
+  const environments = await resolveEnvironments(db, req, parent);
+  const groups = await resolveGroups(db, req, parent);
+  const repositories = await resolveRepositories(db, req, deps);
+  const attachments = await resolveAttachments(db, req);
+  const agentProfile = await resolveAgentProfile(db, req);
+  return {
+    taskId,
+    workspaceId: req.workspace_id,
+    workflow,
+    parent,
+    environments,
+    groups,
+    repositories,
+    attachments,
+    agentProfile,
+    dataDir: deps.dataDir,
+    newId: deps.newId,
+  };
+}

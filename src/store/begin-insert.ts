@@ -1,0 +1,189 @@
+/**
+ * BeginTaskCreation's single transaction: the only code that inserts `tasks`.
+ *
+ * Locks, in global order: workspace 1 (FOR SHARE) -> actor authority 1.5 ->
+ * workflow step 2 (FOR SHARE) -> active membership barriers 4.1 -> creation
+ * operation 4.2 (inserted) -> external-ID key 5.1 -> task keys/rows 5.2 (new
+ * task key, parent and blockers in UUID order) -> retained identity 6.
+ * Writes (only on Created): operation, live task (`creation_state=preparing`),
+ * identity, task repositories, task environment, one step row per plan step.
+ * Found external ID or reused identity: the transaction rolls back, nothing is
+ * written. No event is written here; `task.created` belongs to Complete.
+ */
+import { canonicalJson } from '../canonical/canonical-json';
+import { actorBindingHash, idempotencyKey, manifestHash, stepRequestHash } from '../canonical/hash';
+import type { ActorBindingDocument } from '../canonical/types';
+import { ConflictError, TaskLedgerError } from '../domain/errors';
+import type { BeginOutcome } from '../domain/vocab';
+import { TIER } from '../db/lock-plan';
+import { runTransaction, type Db, type SqlParam, type Tx } from '../db/tx';
+import type { BuiltPlan } from '../plan/build-plan';
+import { lockAuthorityLocked } from './actor';
+import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
+import { findByExternalIdLocked, isSettled } from './task-view';
+import type { TaskView } from './types';
+
+export interface InsertInput {
+  operationId: string;
+  built: BuiltPlan;
+  actor: ActorBindingDocument;
+  externalId: string | null;
+  completionTokenSha256: string;
+  newId: () => string;
+}
+
+export type InsertResult =
+  | { kind: 'created'; manifestHash: string; actorBindingHash: string }
+  | { kind: 'found'; task: TaskView; outcome: BeginOutcome }
+  | { kind: 'identity_reused' };
+
+async function insertRows(tx: Tx, table: string, columns: string[], rows: SqlParam[][], nowColumns: string[] = []): Promise<void> {
+  if (rows.length === 0) return;
+  const cols = [...columns, ...nowColumns].join(', ');
+  const one = `(${[...columns.map(() => '?'), ...nowColumns.map(() => tx.now)].join(', ')})`;
+  await tx.exec(`INSERT INTO ${table} (${cols}) VALUES ${rows.map(() => one).join(', ')}`, rows.flat());
+}
+
+async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<void> {
+  const { plan } = input.built;
+  const blockers = new Set<string>();
+  for (const step of plan.steps) {
+    if (step.kind === 'workspace_attachment') step.request.blocker_ids.forEach((b) => blockers.add(b));
+  }
+  const existing = [...new Set([...(plan.parent_id ? [plan.parent_id] : []), ...blockers])];
+  const all = [...new Set([plan.task_id, ...existing])].sort();
+  for (const id of all) {
+    if (id === plan.task_id) {
+      // The new task's row does not exist yet: lock its identity key.
+      await tx.lockKey(TIER.TASK, taskKeyDigest(id), `tasks:${id}`);
+      continue;
+    }
+    tx.lockRow(TIER.TASK, 'tasks', id);
+    const row = await tx.one<{ lifecycle_state: string; workspace_id: string }>(
+      `SELECT lifecycle_state, workspace_id FROM tasks WHERE id = ? ${tx.forShare}`,
+      [id],
+    );
+    if (!row || row.workspace_id !== plan.workspace_id || row.lifecycle_state === 'deleted') {
+      const field = id === plan.parent_id ? '/parent_id' : '/blocked_by';
+      throw new TaskLedgerError('invalid_request', `${field}: task ${id} no longer exists in this workspace`, { field });
+    }
+  }
+}
+
+export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {
+  const { plan, rows } = input.built;
+  const manifest = manifestHash(plan);
+  const actorHash = actorBindingHash(input.actor);
+  return runTransaction(
+    db,
+    'BeginTaskCreation',
+    async (tx) => {
+      // Tier 1: the workspace fence (shared: creations run in parallel; deletion takes it exclusively).
+      tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
+      const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
+        plan.workspace_id,
+      ]);
+      if (!ws) throw new TaskLedgerError('not_authorized', 'task not created', {});
+      if (ws.state !== 'active') {
+        throw new ConflictError('creation_state_conflict', `workspace is ${ws.state}; no task can be created in it`, {
+          workspace_id: plan.workspace_id,
+        });
+      }
+      await lockAuthorityLocked(tx, input.actor, 'not_authorized');
+
+      // Tier 2: admission row of the placement.
+      if (plan.workflow_step_id !== null) {
+        tx.lockRow(TIER.WORKFLOW, 'workflow_steps', plan.workflow_step_id);
+        const step = await tx.one(`SELECT id FROM workflow_steps WHERE id = ? AND workspace_id = ? ${tx.forShare}`, [
+          plan.workflow_step_id,
+          plan.workspace_id,
+        ]);
+        if (!step) throw new TaskLedgerError('invalid_request', '/workflow_step_id: workflow step no longer exists', { field: '/workflow_step_id' });
+      }
+
+      // Tier 4.1: archive / deletion membership barriers covering this workspace.
+      const barriers = await tx.rows<{ operation_id: string }>(
+        `SELECT operation_id FROM archive_membership_barriers WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
+        [plan.workspace_id],
+      );
+      for (const b of barriers) tx.lockRow(TIER.BARRIER, 'archive_membership_barriers', `${b.operation_id}:${plan.workspace_id}`);
+      if (barriers.length > 0) {
+        throw new ConflictError('creation_state_conflict', 'workspace is fenced by an archive or deletion operation', {
+          workspace_id: plan.workspace_id,
+        });
+      }
+
+      // Tier 4.2: the creation operation.
+      tx.lockRow(TIER.OPERATION, 'task_creation_operations', input.operationId);
+      await insertRows(
+        tx,
+        'task_creation_operations',
+        ['id', 'workspace_id', 'task_id', 'state', 'plan_json', 'manifest_hash', 'actor_json', 'actor_binding_hash', 'completion_token_sha256', 'start_policy'],
+        [[input.operationId, plan.workspace_id, plan.task_id, 'preparing', canonicalJson(plan), manifest, canonicalJson(input.actor), actorHash, input.completionTokenSha256, plan.start_policy]],
+        ['created_at', 'updated_at'],
+      );
+
+      // Tier 5.1: the external-ID key, then the exact re-check under it.
+      if (input.externalId !== null) {
+        await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(plan.workspace_id, input.externalId));
+        const found = await findByExternalIdLocked(tx, plan.workspace_id, input.externalId);
+        if (found) {
+          tx.rollbackOnly();
+          return { kind: 'found', task: found, outcome: isSettled(found.creation_state) ? 'FoundSettled' : 'FoundUnsettled' };
+        }
+      }
+
+      // Tier 5.2 and 6: task keys, then the retained identity.
+      await lockTaskTierLocked(tx, input);
+      tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
+      const identity = await tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);
+      if (identity) {
+        tx.rollbackOnly();
+        return { kind: 'identity_reused' };
+      }
+
+      // Inserts (all keys above are held).
+      const t = rows.tasks;
+      await insertRows(
+        tx,
+        'tasks',
+        ['id', 'workspace_id', 'workflow_id', 'workflow_step_id', 'parent_id', 'title', 'description', 'creation_state', 'lifecycle_state', 'lifecycle_generation', 'start_policy', 'wip_admitted', 'external_id', 'creation_operation_id', 'revision'],
+        [[t.id, t.workspace_id, t.workflow_id, t.workflow_step_id, t.parent_id, t.title, t.description, 'preparing', 'live', 1, t.start_policy, false, input.externalId, input.operationId, 0]],
+        ['created_at', 'updated_at'],
+      );
+      await insertRows(
+        tx,
+        'task_identities',
+        ['task_id', 'workspace_id', 'operation_id', 'state'],
+        [[rows.task_identities.task_id, rows.task_identities.workspace_id, input.operationId, 'preparing']],
+        ['created_at', 'updated_at'],
+      );
+      await insertRows(
+        tx,
+        'task_repositories',
+        ['task_id', 'repository_id', 'workspace_id', 'position', 'base_branch', 'fresh_branch'],
+        rows.task_repositories.map((r) => [r.task_id, r.repository_id, r.workspace_id, r.position, r.base_branch, r.fresh_branch]),
+        ['created_at'],
+      );
+      await insertRows(
+        tx,
+        'task_environments',
+        ['id', 'workspace_id', 'task_id', 'kind', 'operation_id'],
+        rows.task_environments.map((e) => [e.id, e.workspace_id, e.task_id, e.kind, input.operationId]),
+        ['created_at'],
+      );
+      await insertRows(
+        tx,
+        'task_creation_steps',
+        ['id', 'operation_id', 'task_id', 'workspace_id', 'kind', 'step_key', 'request_json', 'request_sha256', 'idempotency_key', 'state'],
+        plan.steps.map((s) => {
+          const requestSha = stepRequestHash(s.request);
+          return [input.newId(), input.operationId, plan.task_id, plan.workspace_id, s.kind, s.step_key, canonicalJson(s.request), requestSha, idempotencyKey(input.operationId, s.kind, s.step_key, requestSha), 'planned'];
+        }),
+        ['created_at', 'updated_at'],
+      );
+      return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash };
+    },
+    { restartOnUnique: ['uq_tasks_workspace_external_id'] },
+  );
+}

@@ -1,0 +1,117 @@
+/**
+ * BeginTaskCreation: admission of one create request.
+ *
+ * Order (companion notes §2): authorize the workspace; validate and normalize
+ * the external ID; look it up before any write or allocation (found: return
+ * it, nothing else runs); then validate the whole request, resolve references
+ * (autocommit reads, Git rev-parse — never inside a transaction), build the
+ * CreationPlan, and run the one Begin transaction (`begin-insert.ts`). After a
+ * lookup miss, any failure before the insert re-reads the ID first and returns
+ * the found task instead of the failure when one now holds it.
+ *
+ * Returns `{task, outcome, handle}`; the handle is non-null only for Created.
+ */
+import { randomUUID } from 'node:crypto';
+import { newCompletionToken } from '../canonical/completion-token';
+import { TaskLedgerError, ValidationError } from '../domain/errors';
+import { readRows, type Db } from '../db/tx';
+import { buildCreationPlan } from '../plan/build-plan';
+import { validateCreateRequest } from '../plan/create-request';
+import { normalizeExternalId } from '../plan/external-id';
+import { actorDocumentFor, mayUseWorkspace } from './actor';
+import { resolvePlanContext } from './begin-context';
+import { insertCreation } from './begin-insert';
+import { findByExternalId, getTaskView, isSettled } from './task-view';
+import type { BeginResult, CreationHandle, Principal } from './types';
+
+export interface BeginDeps {
+  /** Absolute directory for worktrees and staged attachments. */
+  dataDir: string;
+  newId?: () => string;
+  resolveCommit?: (repoPath: string, ref: string) => Promise<string>;
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/** Failures after a lookup miss that must yield to a task that now holds the ID. */
+const YIELDING_CODES = new Set(['invalid_request', 'not_found', 'capacity_conflict', 'creation_state_conflict']);
+
+function notAuthorized(): TaskLedgerError {
+  return new TaskLedgerError('not_authorized', 'task not created', {});
+}
+
+async function authorize(db: Db, principal: Principal, raw: unknown): Promise<string> {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ValidationError('/', 'request body must be a JSON object');
+  }
+  const ws = (raw as Record<string, unknown>).workspace_id;
+  // A malformed or foreign workspace is indistinguishable from a missing one.
+  if (typeof ws !== 'string' || !UUID_RE.test(ws) || !mayUseWorkspace(principal, ws)) throw notAuthorized();
+  const rows = await readRows<{ state: string }>(db, 'SELECT state FROM workspaces WHERE id = ?', [ws]);
+  if (!rows[0]) throw notAuthorized();
+  return ws;
+}
+
+function foundResult(task: NonNullable<Awaited<ReturnType<typeof findByExternalId>>>): BeginResult {
+  return {
+    task,
+    outcome: isSettled(task.creation_state) ? 'FoundSettled' : 'FoundUnsettled',
+    handle: null,
+    operationId: task.creation_operation_id,
+  };
+}
+
+export async function beginTaskCreation(
+  db: Db,
+  principal: Principal,
+  raw: unknown,
+  deps: BeginDeps,
+): Promise<BeginResult> {
+  const workspaceId = await authorize(db, principal, raw);
+  const externalId = normalizeExternalId((raw as Record<string, unknown>).external_id);
+  if (externalId !== null) {
+    const found = await findByExternalId(db, workspaceId, externalId);
+    if (found) return foundResult(found);
+  }
+  const newId = deps.newId ?? randomUUID;
+  try {
+    const req = validateCreateRequest(raw);
+    const taskId = req.task_id ?? newId();
+    const ctx = await resolvePlanContext(db, req, taskId, { dataDir: deps.dataDir, newId, resolveCommit: deps.resolveCommit });
+    const built = buildCreationPlan(req, ctx);
+    const actor = actorDocumentFor(principal, workspaceId);
+    const token = newCompletionToken();
+    const operationId = newId();
+    const res = await insertCreation(db, {
+      operationId,
+      built,
+      actor,
+      externalId,
+      completionTokenSha256: token.sha256,
+      newId,
+    });
+    if (res.kind === 'found') return { task: res.task, outcome: res.outcome, handle: null, operationId: res.task.creation_operation_id };
+    if (res.kind === 'identity_reused') {
+      throw new TaskLedgerError('task_identity_reused', `task ID ${taskId} was already used; nothing was written`, {
+        task_id: taskId,
+      });
+    }
+    const handle: CreationHandle = Object.freeze({
+      operationId,
+      taskId,
+      workspaceId,
+      completionToken: token.token,
+      actorBindingHash: res.actorBindingHash,
+      manifestHash: res.manifestHash,
+    });
+    const task = await getTaskView(db, taskId);
+    if (!task) throw new Error(`task ${taskId} vanished right after Begin committed`);
+    return { task, outcome: 'Created', handle, operationId };
+  } catch (err) {
+    if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {
+      const found = await findByExternalId(db, workspaceId, externalId);
+      if (found) return foundResult(found);
+    }
+    throw err;
+  }
+}

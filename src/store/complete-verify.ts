@@ -1,0 +1,109 @@
+/**
+ * The exact Complete predicate, evaluated under Complete's locks (both
+ * phases). Never begins a transaction; takes only tiers >= 7 in order.
+ *
+ * Requires: every plan step has exactly its row; every request re-derives
+ * from stored bytes and the manifest; every non-launch step `succeeded` with
+ * `present_exact` evidence whose RFC 8785 bytes re-hash to `evidence_sha256`
+ * and name the step; nothing to compensate; a launch intent exactly when the
+ * start policy is `immediate`, and then `armed` with exact evidence; and the
+ * rows Begin inserted are byte-equivalent to the manifest's `database_rows`.
+ */
+import { parseCanonical } from '../canonical/canonical-json';
+import { evidenceHash, rowHash } from '../canonical/hash';
+import type { CreationPlan } from '../canonical/types';
+import { validateStepEvidence } from '../canonical/validate';
+import { ConflictError } from '../domain/errors';
+import { TIER } from '../db/lock-plan';
+import { bool, type Tx } from '../db/tx';
+import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
+import type { StepRow } from './types';
+
+function fail(why: string, detail: Record<string, unknown> = {}): never {
+  throw new ConflictError('creation_state_conflict', `Complete predicate does not hold: ${why}`, detail);
+}
+
+export function verifyStoredEvidence(step: StepRow): void {
+  if (step.evidence_json === null || step.evidence_sha256 === null) fail(`step ${step.kind}/${step.step_key} has no evidence`);
+  let evidence;
+  try {
+    evidence = validateStepEvidence(parseCanonical(step.evidence_json), {
+      kind: step.kind,
+      step_key: step.step_key,
+      request_sha256: step.request_sha256,
+    });
+  } catch (err) {
+    throw new ConflictError('evidence_mismatch', `step ${step.kind}/${step.step_key}: stored evidence is invalid`, {
+      step_id: step.id,
+      cause: (err as Error).message,
+    });
+  }
+  if (evidenceHash(evidence) !== step.evidence_sha256) {
+    throw new ConflictError('evidence_mismatch', `step ${step.kind}/${step.step_key}: evidence does not hash to evidence_sha256`, {
+      step_id: step.id,
+    });
+  }
+  if (evidence.effect !== 'present_exact') fail(`step ${step.kind}/${step.step_key} evidence is ${evidence.effect}`);
+}
+
+export function verifyCompletePredicate(steps: StepRow[], plan: CreationPlan): void {
+  verifyStepSet(steps, plan);
+  const launches = steps.filter((s) => s.kind === 'launch_intent');
+  if ((plan.start_policy === 'immediate') !== (launches.length === 1) || launches.length > 1) {
+    fail('launch intent does not match the start policy', { start_policy: plan.start_policy });
+  }
+  for (const step of steps) {
+    verifyStepRequest(step, plan);
+    if (COMPENSATION_PENDING.has(step.compensation_state) || step.compensation_state !== 'none') {
+      fail(`step ${step.kind}/${step.step_key} has compensation ${step.compensation_state}`);
+    }
+    const wanted = step.kind === 'launch_intent' ? 'armed' : 'succeeded';
+    if (step.state !== wanted) fail(`step ${step.kind}/${step.step_key} is ${step.state}, not ${wanted}`, { step_id: step.id });
+    verifyStoredEvidence(step);
+  }
+}
+
+/**
+ * Re-reads the rows Begin inserted and proves them byte-equivalent to the
+ * manifest (`database_rows`). Locks task environments (11.1, FOR SHARE).
+ */
+export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promise<void> {
+  const actual: { table: string; key: string; row_sha256: string }[] = [];
+  const task = await tx.one<Record<string, unknown>>(
+    'SELECT id, workspace_id, workflow_id, workflow_step_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?',
+    [plan.task_id],
+  );
+  if (!task) fail('the task row is gone');
+  actual.push({ table: 'tasks', key: plan.task_id, row_sha256: rowHash({ ...task }) });
+  const ident = await tx.one<Record<string, unknown>>('SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?', [
+    plan.task_id,
+  ]);
+  if (!ident) fail('the retained identity is gone');
+  actual.push({ table: 'task_identities', key: plan.task_id, row_sha256: rowHash({ ...ident }) });
+  const repos = await tx.rows<Record<string, unknown>>(
+    'SELECT task_id, repository_id, workspace_id, position, base_branch, fresh_branch FROM task_repositories WHERE task_id = ?',
+    [plan.task_id],
+  );
+  for (const r of repos) {
+    const doc = { ...r, position: Number(r.position), fresh_branch: bool(r.fresh_branch) };
+    actual.push({ table: 'task_repositories', key: `${String(r.task_id)}:${String(r.repository_id)}`, row_sha256: rowHash(doc) });
+  }
+  const envIds = plan.database_rows.filter((r) => r.table === 'task_environments').map((r) => r.key);
+  for (const id of [...envIds].sort()) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id);
+  const envs = await tx.rows<Record<string, unknown>>(
+    `SELECT id, workspace_id, task_id, kind FROM task_environments WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id ${tx.forShare}`,
+    [plan.task_id],
+  );
+  for (const e of envs) actual.push({ table: 'task_environments', key: String(e.id), row_sha256: rowHash({ ...e }) });
+  const sortKey = (r: { table: string; key: string }) => `${r.table}\u0000${r.key}`;
+  actual.sort((a, b) => (sortKey(a) < sortKey(b) ? -1 : sortKey(a) > sortKey(b) ? 1 : 0));
+  const expected = plan.database_rows;
+  const same =
+    actual.length === expected.length &&
+    actual.every((a, i) => a.table === expected[i]!.table && a.key === expected[i]!.key && a.row_sha256 === expected[i]!.row_sha256);
+  if (!same) {
+    throw new ConflictError('evidence_mismatch', 'rows Begin inserted are not byte-equivalent to the manifest', {
+      task_id: plan.task_id,
+    });
+  }
+}

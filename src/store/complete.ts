@@ -1,0 +1,139 @@
+/**
+ * CompleteTaskCreation: two durable transactions.
+ *
+ * Phase A — locks workspace 1, operation 4.2, external-ID key 5.1, task 5.2,
+ * identity 6, steps 7, environments 11; verifies the handle (or the retained
+ * bindings for a worker/recovery actor) and the exact Complete predicate;
+ * commits `preparing -> completing` (operation and task). No event.
+ * Phase B — reacquires the same set plus outbox 16, requires `completing`,
+ * revalidates everything, and runs `completeTaskCreationLocked`: task and
+ * operation `completed`, revision one, `task.created` in the outbox.
+ * A completed operation replays its stored outcome and event with no writes.
+ */
+import { randomUUID } from 'node:crypto';
+import { canonicalJson } from '../canonical/canonical-json';
+import { payloadHash } from '../canonical/hash';
+import type { CreationPlan } from '../canonical/types';
+import { ConflictError } from '../domain/errors';
+import { TIER } from '../db/lock-plan';
+import { runTransaction, type Db, type Tx } from '../db/tx';
+import { verifyCompletePredicate, verifyPlannedRowsLocked } from './complete-verify';
+import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
+import { lockStepsLocked } from './step-rows';
+import type { CompleteResult, OperationAuthority } from './types';
+
+interface VerifiedCreation {
+  op: OperationRow;
+  plan: CreationPlan;
+  task: TaskLockRow;
+}
+
+function replay(op: OperationRow): CompleteResult {
+  return {
+    outcome: op.result_outcome === 'CreatedIdentityLost' ? 'CreatedIdentityLost' : 'Created',
+    eventId: op.result_event_id!,
+    revision: 1,
+    replayed: true,
+  };
+}
+
+async function lockAndVerifyLocked(tx: Tx, auth: OperationAuthority, phase: 'A' | 'B'): Promise<VerifiedCreation | CompleteResult> {
+  const { op, plan } = await guardOperationLocked(tx, auth);
+  if (op.state === 'completed') return replay(op);
+  const wanted = phase === 'A' ? 'preparing' : 'completing';
+  if (op.state !== wanted && !(phase === 'A' && op.state === 'completing')) {
+    throw new ConflictError('creation_state_conflict', `operation is ${op.state}; Complete needs ${wanted}`, {
+      operation_id: op.id,
+      state: op.state,
+    });
+  }
+  const { task, identityState } = await lockTaskChainLocked(tx, op, { externalIdKey: true });
+  if (!task || identityState !== 'preparing' || task.lifecycle_state === 'deleted') {
+    throw new ConflictError('creation_state_conflict', 'task row or retained identity is not in a completable state', {
+      operation_id: op.id,
+    });
+  }
+  const steps = await lockStepsLocked(tx, op.id);
+  verifyCompletePredicate(steps, plan);
+  await verifyPlannedRowsLocked(tx, plan);
+  return { op, plan, task };
+}
+
+/**
+ * The locked finalizer: never begins a transaction or takes a lock below the
+ * outbox tier. Marks task/identity/operation complete, allocates revision one
+ * and inserts the single `task.created` event (unique per task and revision).
+ */
+export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): Promise<CompleteResult> {
+  const eventId = randomUUID();
+  const outcome = v.op.release_applied ? 'CreatedIdentityLost' : 'Created';
+  await tx.exec(
+    `UPDATE tasks SET creation_state = 'completed', revision = 1,
+            external_id_settled_at = CASE WHEN external_id IS NULL THEN NULL ELSE ${tx.now} END, updated_at = ${tx.now}
+      WHERE id = ? AND creation_state = 'completing'`,
+    [v.task.id],
+  );
+  await tx.exec(`UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`, [v.task.id]);
+  await tx.exec(
+    `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
+    [v.task.id, v.op.workspace_id, v.op.id, eventId],
+  );
+  tx.lockRow(TIER.OUTBOX, 'event_outbox', eventId);
+  const payload = {
+    version: 1,
+    type: 'task.created',
+    event_id: eventId,
+    task_id: v.task.id,
+    workspace_id: v.op.workspace_id,
+    operation_id: v.op.id,
+    revision: 1,
+    external_id: outcome === 'Created' ? v.task.external_id : null,
+    manifest_hash: v.op.manifest_hash,
+    start_policy: v.plan.start_policy,
+  };
+  await tx.exec(
+    `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
+     VALUES (?, ?, ?, 1, 'task.created', ?, ?, ?, ${tx.now})`,
+    [eventId, v.op.workspace_id, v.task.id, v.op.id, canonicalJson(payload), payloadHash(payload)],
+  );
+  const changed = await tx.exec(
+    `UPDATE task_creation_operations SET state = 'completed', result_outcome = ?, result_revision = 1, result_event_id = ?,
+            completed_at = ${tx.now}, updated_at = ${tx.now}
+      WHERE id = ? AND state = 'completing'`,
+    [outcome, eventId, v.op.id],
+  );
+  if (changed !== 1) throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', { operation_id: v.op.id });
+  return { outcome, eventId, revision: 1, replayed: false };
+}
+
+/** Phase A only (exposed so recovery and tests can stop between the phases). */
+export async function completeTaskCreationPhaseA(db: Db, auth: OperationAuthority): Promise<CompleteResult | 'completing'> {
+  return runTransaction(db, 'CompleteTaskCreation.A', async (tx) => {
+    const v = await lockAndVerifyLocked(tx, auth, 'A');
+    if ('outcome' in v) return v;
+    if (v.op.state === 'completing') return 'completing';
+    await tx.exec(
+      `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
+      [v.op.id],
+    );
+    await tx.exec(`UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`, [
+      v.task.id,
+    ]);
+    return 'completing';
+  });
+}
+
+/** Phase B only: requires `completing` (or replays `completed`). */
+export async function completeTaskCreationPhaseB(db: Db, auth: OperationAuthority): Promise<CompleteResult> {
+  return runTransaction(db, 'CompleteTaskCreation.B', async (tx) => {
+    const v = await lockAndVerifyLocked(tx, auth, 'B');
+    if ('outcome' in v) return v;
+    return completeTaskCreationLocked(tx, v);
+  });
+}
+
+export async function completeTaskCreation(db: Db, auth: OperationAuthority): Promise<CompleteResult> {
+  const a = await completeTaskCreationPhaseA(db, auth);
+  if (a !== 'completing') return a;
+  return completeTaskCreationPhaseB(db, auth);
+}

@@ -1,0 +1,20 @@
+/**
+ * The ledger Store: every public method owns exactly one transaction (Complete
+ * owns two, its phases). Names follow the protocol's Store API.
+ */
+export { beginTaskCreation, type BeginDeps } from './begin';
+export { claimTaskCreationStep, renewTaskCreationStepLease, DEFAULT_LEASE_MS } from './step-claims';
+export {
+  completeTaskCreationStep,
+  failTaskCreationStep,
+  armLaunchIntent,
+  resolveTaskCreationStep,
+  type CompleteStepInput,
+  type ResolveProof,
+} from './step-results';
+export { claimTaskCreationCompensation, completeTaskCreationCompensation, type CleanupTransfer } from './compensation';
+export { completeTaskCreation, completeTaskCreationPhaseA, completeTaskCreationPhaseB } from './complete';
+export { abortTaskCreation, type AbortResult } from './abort';
+export { authenticateToken, tokenSha256, actorDocumentFor } from './actor';
+export { findByExternalId, getTaskView } from './task-view';
+export type * from './types';

@@ -1,0 +1,199 @@
+/**
+ * Locks an operation's prefix of the global order and proves the caller may
+ * drive it. Used by every Store method after Begin; never begins a
+ * transaction itself (`...Locked` helpers run inside the caller's).
+ *
+ * Locks: workspace (1, FOR SHARE), actor authority (1.5, handle path only),
+ * creation operation (4.2, FOR UPDATE). Then it recomputes all three bindings:
+ * ManifestHash from the stored plan bytes, ActorBindingHash from the stored
+ * actor document, and (handle path) the completion token against its stored
+ * SHA-256 in constant time. Any mismatch: typed conflict, zero writes.
+ */
+import { parseCanonical } from '../canonical/canonical-json';
+import { actorBindingHash, manifestHash } from '../canonical/hash';
+import { completionTokenMatches } from '../canonical/completion-token';
+import type { ActorBindingDocument, CreationPlan } from '../canonical/types';
+import { validateActorBinding, validateCreationPlan } from '../canonical/validate';
+import { ConflictError, TaskLedgerError } from '../domain/errors';
+import type { OperationState, StartPolicy } from '../domain/vocab';
+import { TIER } from '../db/lock-plan';
+import { bool, type Tx } from '../db/tx';
+import { lockAuthorityLocked } from './actor';
+import { externalIdKeyDigest } from './lock-keys';
+import type { OperationAuthority } from './types';
+
+export interface OperationRow {
+  id: string;
+  workspace_id: string;
+  task_id: string;
+  state: OperationState;
+  plan_json: string;
+  manifest_hash: string;
+  actor_json: string;
+  actor_binding_hash: string;
+  completion_token_sha256: string;
+  start_policy: StartPolicy;
+  generation: number;
+  release_applied: boolean;
+  result_outcome: string | null;
+  result_revision: number | null;
+  result_event_id: string | null;
+  abort_cause: string | null;
+}
+
+export interface GuardedOperation {
+  op: OperationRow;
+  plan: CreationPlan;
+  actor: ActorBindingDocument;
+}
+
+const OP_COLUMNS =
+  'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
+
+function normalizeOp(row: OperationRow): OperationRow {
+  return {
+    ...row,
+    generation: Number(row.generation),
+    release_applied: bool(row.release_applied),
+    result_revision: row.result_revision === null ? null : Number(row.result_revision),
+  };
+}
+
+function operationIdOf(auth: OperationAuthority): string {
+  return auth.kind === 'handle' ? auth.handle.operationId : auth.operationId;
+}
+
+/** Re-derives both stored bindings from their bytes; a tampered row cannot pass. */
+export function verifyStoredBindings(op: OperationRow): { plan: CreationPlan; actor: ActorBindingDocument } {
+  let plan: CreationPlan;
+  let actor: ActorBindingDocument;
+  try {
+    plan = validateCreationPlan(parseCanonical(op.plan_json));
+    actor = validateActorBinding(parseCanonical(op.actor_json));
+  } catch (err) {
+    throw new ConflictError('handle_mismatch', 'stored plan or actor document is not valid', {
+      operation_id: op.id,
+      cause: (err as Error).message,
+    });
+  }
+  if (manifestHash(plan) !== op.manifest_hash) {
+    throw new ConflictError('handle_mismatch', 'stored plan does not hash to the stored ManifestHash', {
+      operation_id: op.id,
+    });
+  }
+  if (actorBindingHash(actor) !== op.actor_binding_hash) {
+    throw new ConflictError('handle_mismatch', 'stored actor document does not hash to the stored ActorBindingHash', {
+      operation_id: op.id,
+    });
+  }
+  if (plan.task_id !== op.task_id || plan.workspace_id !== op.workspace_id || actor.workspace_id !== op.workspace_id) {
+    throw new ConflictError('handle_mismatch', 'stored plan or actor is bound to another task or workspace', {
+      operation_id: op.id,
+    });
+  }
+  return { plan, actor };
+}
+
+/**
+ * Locks workspace (1), authority (1.5) and operation (4.2) and validates the
+ * authority. Returns the locked operation with its verified plan and actor.
+ */
+export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Promise<GuardedOperation> {
+  const operationId = operationIdOf(auth);
+  const peek = await tx.one<{ workspace_id: string; actor_json: string }>(
+    'SELECT workspace_id, actor_json FROM task_creation_operations WHERE id = ?',
+    [operationId],
+  );
+  if (!peek) {
+    if (auth.kind === 'handle') {
+      throw new ConflictError('handle_mismatch', 'no creation operation matches this handle', {
+        operation_id: operationId,
+      });
+    }
+    throw new TaskLedgerError('not_found', `creation operation ${operationId} does not exist`, {
+      operation_id: operationId,
+    });
+  }
+  if (auth.kind === 'handle' && auth.handle.workspaceId !== peek.workspace_id) {
+    throw new ConflictError('handle_mismatch', 'handle names another workspace', { operation_id: operationId });
+  }
+
+  tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
+  const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
+    peek.workspace_id,
+  ]);
+  if (!ws) {
+    throw new ConflictError('creation_state_conflict', 'the workspace of this operation no longer exists', {
+      operation_id: operationId,
+    });
+  }
+  if (auth.kind === 'handle') {
+    let actor: ActorBindingDocument;
+    try {
+      actor = validateActorBinding(parseCanonical(peek.actor_json));
+    } catch {
+      throw new ConflictError('handle_mismatch', 'stored actor document is not valid', { operation_id: operationId });
+    }
+    await lockAuthorityLocked(tx, actor, 'handle_mismatch');
+  }
+
+  tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
+  const raw = await tx.one<OperationRow>(`SELECT ${OP_COLUMNS} FROM task_creation_operations WHERE id = ? FOR UPDATE`, [
+    operationId,
+  ]);
+  if (!raw) throw new TaskLedgerError('not_found', `creation operation ${operationId} does not exist`, {});
+  const op = normalizeOp(raw);
+  const { plan, actor } = verifyStoredBindings(op);
+  if (auth.kind === 'handle') {
+    const h = auth.handle;
+    const matches =
+      completionTokenMatches(h.completionToken, op.completion_token_sha256) &&
+      h.manifestHash === op.manifest_hash &&
+      h.actorBindingHash === op.actor_binding_hash &&
+      h.taskId === op.task_id &&
+      h.workspaceId === op.workspace_id;
+    if (!matches) {
+      throw new ConflictError('handle_mismatch', 'handle does not match the retained operation', {
+        operation_id: operationId,
+      });
+    }
+  }
+  return { op, plan, actor };
+}
+
+/** Locks the task row (5.2) and retained identity (6) of an operation, after
+ *  the external-ID key (5.1) when the live task holds an external ID. */
+export async function lockTaskChainLocked(
+  tx: Tx,
+  op: OperationRow,
+  options: { externalIdKey: boolean },
+): Promise<{ task: TaskLockRow | undefined; identityState: string | undefined }> {
+  if (options.externalIdKey) {
+    const peek = await tx.one<{ external_id: string | null }>('SELECT external_id FROM tasks WHERE id = ?', [
+      op.task_id,
+    ]);
+    if (peek?.external_id != null) {
+      await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(op.workspace_id, peek.external_id));
+    }
+  }
+  tx.lockRow(TIER.TASK, 'tasks', op.task_id);
+  const task = await tx.one<TaskLockRow>(
+    'SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision FROM tasks WHERE id = ? FOR UPDATE',
+    [op.task_id],
+  );
+  tx.lockRow(TIER.IDENTITY, 'task_identities', op.task_id);
+  const ident = await tx.one<{ state: string }>('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [
+    op.task_id,
+  ]);
+  return { task, identityState: ident?.state };
+}
+
+export interface TaskLockRow {
+  id: string;
+  workspace_id: string;
+  creation_state: string;
+  lifecycle_state: string;
+  lifecycle_generation: number;
+  external_id: string | null;
+  revision: number;
+}

@@ -1,0 +1,113 @@
+/**
+ * ClaimTaskCreationStep and RenewTaskCreationStepLease.
+ *
+ * Claim — locks: workspace 1, (authority 1.5), operation 4.2, task 5.2,
+ * identity 6, steps 7. Changes one step `planned|retry_wait -> running`,
+ * generation + 1, attempt + 1, lease owner and expiry (database clock). Only
+ * while the operation is `preparing`, no step failed permanently and no
+ * compensation is pending; a launch intent only when PreLaunchArmPredicate's
+ * other steps hold. No event. Conflicts write nothing.
+ */
+import { ConflictError } from '../domain/errors';
+import { TIER } from '../db/lock-plan';
+import { runTransaction, type Db } from '../db/tx';
+import { guardOperationLocked, lockTaskChainLocked } from './operation-guard';
+import {
+  COMPENSATION_PENDING,
+  findStep,
+  lockStepsLocked,
+  nonLaunchStepsReady,
+  verifyStepRequest,
+  verifyStepSet,
+  type StepRef,
+} from './step-rows';
+import type { OperationAuthority, StepClaim } from './types';
+
+/** Why 30 s by default (TASKLEDGER_LEASE_MS): long enough that a worker's
+ *  heartbeat (every lease/3) survives a GC pause or a slow Git checkout, short
+ *  enough that a killed worker's step turns `unknown` within a sweep or two. */
+export const DEFAULT_LEASE_MS = 30_000;
+
+export async function claimTaskCreationStep(
+  db: Db,
+  auth: OperationAuthority,
+  ref: StepRef,
+  owner: string,
+  leaseMs: number = DEFAULT_LEASE_MS,
+): Promise<StepClaim> {
+  return runTransaction(db, 'ClaimTaskCreationStep', async (tx) => {
+    const { op, plan } = await guardOperationLocked(tx, auth);
+    if (op.state !== 'preparing') {
+      throw new ConflictError('creation_state_conflict', `operation is ${op.state}; steps can only be claimed while preparing`, {
+        operation_id: op.id,
+        state: op.state,
+      });
+    }
+    const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false });
+    if (!task) throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', { operation_id: op.id });
+    const steps = await lockStepsLocked(tx, op.id);
+    verifyStepSet(steps, plan);
+    const step = findStep(steps, ref);
+    const request = verifyStepRequest(step, plan);
+    if (step.state !== 'planned' && step.state !== 'retry_wait') {
+      throw new ConflictError('creation_state_conflict', `step is ${step.state}; only planned or retry_wait steps can be claimed`, {
+        step_id: step.id,
+        state: step.state,
+      });
+    }
+    if (steps.some((s) => s.state === 'failed' || COMPENSATION_PENDING.has(s.compensation_state))) {
+      throw new ConflictError('creation_state_conflict', 'operation is winding down (a step failed permanently)', {
+        operation_id: op.id,
+      });
+    }
+    if (step.kind === 'launch_intent' && !nonLaunchStepsReady(steps)) {
+      throw new ConflictError('creation_state_conflict', 'launch intent can be claimed only after every other step succeeded', {
+        operation_id: op.id,
+      });
+    }
+    const changed = await tx.exec(
+      `UPDATE task_creation_steps
+          SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
+        WHERE id = ? AND generation = ? AND state = ?`,
+      [owner, leaseMs, step.id, step.generation, step.state],
+    );
+    if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
+    const lease = await tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [
+      step.id,
+    ]);
+    return {
+      operationId: op.id,
+      stepId: step.id,
+      kind: step.kind,
+      stepKey: step.step_key,
+      generation: step.generation + 1,
+      owner,
+      leaseExpiresAt: new Date(lease!.lease_expires_at),
+      request,
+      requestSha256: step.request_sha256,
+      idempotencyKey: step.idempotency_key,
+    };
+  });
+}
+
+/**
+ * Heartbeat: extends a live claim's lease. Locks only the step row (tier 7).
+ * A stale, foreign or already-expired claim changes nothing and gets
+ * `stale_claim` (an expired lease is the reaper's to turn `unknown`).
+ */
+export async function renewTaskCreationStepLease(db: Db, claim: StepClaim, leaseMs: number = DEFAULT_LEASE_MS): Promise<Date> {
+  return runTransaction(db, 'RenewTaskCreationStepLease', async (tx) => {
+    tx.lockRow(TIER.STEP, 'task_creation_steps', claim.stepId);
+    const changed = await tx.exec(
+      `UPDATE task_creation_steps SET lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
+        WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
+      [leaseMs, claim.stepId, claim.generation, claim.owner],
+    );
+    if (changed !== 1) throw new ConflictError('stale_claim', 'lease is no longer held by this claim', { step_id: claim.stepId });
+    const row = await tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [
+      claim.stepId,
+    ]);
+    return new Date(row!.lease_expires_at);
+  });
+}

@@ -1,0 +1,119 @@
+/**
+ * Shared, lock-holding helpers for step rows (tier 7). None of them begins a
+ * transaction or takes a lock below tier 7.
+ */
+import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
+import { idempotencyKey, stepRequestHash } from '../canonical/hash';
+import type { CreationPlan, StepRequest } from '../canonical/types';
+import { validateStepRequest } from '../canonical/validate';
+import { ConflictError, TaskLedgerError } from '../domain/errors';
+import type { StepKind } from '../domain/vocab';
+import { TIER } from '../db/lock-plan';
+import type { Tx } from '../db/tx';
+import type { StepRow } from './types';
+
+export const STEP_COLUMNS =
+  'id, operation_id, task_id, workspace_id, kind, step_key, request_json, request_sha256, idempotency_key, state, generation, attempt, lease_owner, lease_expires_at, evidence_json, evidence_sha256, compensation_state, compensation_generation, compensation_lease_owner, compensation_lease_expires_at, cleanup_job_id, disposition';
+
+export interface StepRef {
+  kind: StepKind;
+  stepKey: string;
+}
+
+function normalize(row: StepRow): StepRow {
+  return {
+    ...row,
+    generation: Number(row.generation),
+    attempt: Number(row.attempt),
+    compensation_generation: Number(row.compensation_generation),
+  };
+}
+
+/** Locks every step of the operation, in ascending id order (tier 7). */
+export async function lockStepsLocked(tx: Tx, operationId: string): Promise<StepRow[]> {
+  const ids = await tx.rows<{ id: string }>('SELECT id FROM task_creation_steps WHERE operation_id = ? ORDER BY id', [
+    operationId,
+  ]);
+  const sorted = ids.map((r) => r.id).sort();
+  for (const id of sorted) tx.lockRow(TIER.STEP, 'task_creation_steps', id);
+  const rows = await tx.rows<StepRow>(
+    `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY id FOR UPDATE`,
+    [operationId],
+  );
+  return rows.map(normalize).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+export function findStep(steps: StepRow[], ref: StepRef): StepRow {
+  const step = steps.find((s) => s.kind === ref.kind && s.step_key === ref.stepKey);
+  if (!step) {
+    throw new TaskLedgerError('not_found', `no ${ref.kind} step with key ${ref.stepKey} in this operation`, {
+      kind: ref.kind,
+      step_key: ref.stepKey,
+    });
+  }
+  return step;
+}
+
+export function findStepById(steps: StepRow[], stepId: string): StepRow {
+  const step = steps.find((s) => s.id === stepId);
+  if (!step) throw new TaskLedgerError('not_found', `step ${stepId} is not part of this operation`, { step_id: stepId });
+  return step;
+}
+
+/**
+ * Re-derives a step's request from its stored bytes and from the verified
+ * plan: schema, request hash, plan entry and idempotency key must all agree.
+ */
+export function verifyStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
+  const mismatch = (why: string): ConflictError =>
+    new ConflictError('evidence_mismatch', `step ${step.kind}/${step.step_key}: ${why}`, { step_id: step.id });
+  let request: StepRequest;
+  try {
+    request = validateStepRequest(step.kind, parseCanonical(step.request_json));
+  } catch (err) {
+    throw mismatch(`stored request is invalid (${(err as Error).message})`);
+  }
+  const sha = stepRequestHash(request);
+  if (sha !== step.request_sha256) throw mismatch('stored request does not hash to request_sha256');
+  const planned = plan.steps.find((s) => s.kind === step.kind && s.step_key === step.step_key);
+  if (!planned || canonicalJson(planned.request) !== canonicalJson(request)) {
+    throw mismatch('stored request differs from the manifest');
+  }
+  if (idempotencyKey(step.operation_id, step.kind, step.step_key, sha) !== step.idempotency_key) {
+    throw mismatch('idempotency key does not match the request');
+  }
+  return request;
+}
+
+/** Every plan step has exactly one row, and no row is outside the plan. */
+export function verifyStepSet(steps: StepRow[], plan: CreationPlan): void {
+  const planned = new Set(plan.steps.map((s) => `${s.kind}\u0000${s.step_key}`));
+  const stored = new Set(steps.map((s) => `${s.kind}\u0000${s.step_key}`));
+  if (planned.size !== stored.size || [...planned].some((k) => !stored.has(k))) {
+    throw new ConflictError('evidence_mismatch', 'step rows do not match the manifest', {});
+  }
+}
+
+export const COMPENSATION_PENDING = new Set(['required', 'running', 'retry_wait', 'unknown']);
+
+/** PreLaunchArmPredicate minus the intent itself: every non-launch step succeeded, nothing to compensate. */
+export function nonLaunchStepsReady(steps: StepRow[]): boolean {
+  return steps.every(
+    (s) => (s.kind === 'launch_intent' || s.state === 'succeeded') && !COMPENSATION_PENDING.has(s.compensation_state),
+  );
+}
+
+/**
+ * After a permanent failure, every effect that exists must be undone: mark
+ * succeeded steps' compensation `required` (same transaction as the failure
+ * or the late success that found the operation winding down).
+ */
+export async function requireCompensationLocked(tx: Tx, steps: StepRow[]): Promise<number> {
+  const ids = steps.filter((s) => s.state === 'succeeded' && s.compensation_state === 'none').map((s) => s.id);
+  if (ids.length === 0) return 0;
+  return tx.exec(
+    `UPDATE task_creation_steps SET compensation_state = 'required', updated_at = ${tx.now}
+      WHERE id IN (${ids.map(() => '?').join(', ')}) AND compensation_state = 'none'`,
+    ids,
+  );
+}

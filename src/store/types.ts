@@ -1,0 +1,128 @@
+/**
+ * Public value types of the ledger Store: the caller's actor, the private
+ * creation handle, step claims, and the task view callers see.
+ */
+import type { ActorBindingDocument, StepEvidence, StepFailure, StepRequest } from '../canonical/types';
+import type { BeginOutcome, StepKind, StepState, TaskCreationState } from '../domain/vocab';
+
+/**
+ * A caller with a proven identity. For `api_principal` the authority is an
+ * `api_tokens` row (id + revision); `operator` and `internal_service` are
+ * trusted in-process authorities with revision 0.
+ */
+export interface Principal {
+  variant: 'api_principal' | 'operator' | 'internal_service';
+  principal_id: string;
+  authority_id: string;
+  authority_revision: number;
+  /** The only workspace this principal may use, or null for all (operators). */
+  workspace_id: string | null;
+}
+
+/**
+ * The private handle Begin returns for `Created` only. Never serialized, never
+ * rebuilt from task fields: the caller keeps this value and passes it to
+ * Complete or Abort.
+ */
+export interface CreationHandle {
+  readonly operationId: string;
+  readonly taskId: string;
+  readonly workspaceId: string;
+  readonly completionToken: string;
+  readonly actorBindingHash: string;
+  readonly manifestHash: string;
+}
+
+/**
+ * Who is driving an operation: the caller's handle, or a worker/recovery actor
+ * bound to the retained operation (no caller handle; the Store revalidates the
+ * stored manifest and actor hashes instead of a completion token).
+ */
+export type OperationAuthority =
+  | { kind: 'handle'; handle: CreationHandle }
+  | { kind: 'operation'; operationId: string; actor: string };
+
+export interface StepClaim {
+  readonly operationId: string;
+  readonly stepId: string;
+  readonly kind: StepKind;
+  readonly stepKey: string;
+  readonly generation: number;
+  readonly owner: string;
+  readonly leaseExpiresAt: Date;
+  readonly request: StepRequest;
+  readonly requestSha256: string;
+  readonly idempotencyKey: string;
+}
+
+export interface CompensationClaim {
+  readonly operationId: string;
+  readonly stepId: string;
+  readonly kind: StepKind;
+  readonly stepKey: string;
+  readonly compensationGeneration: number;
+  readonly owner: string;
+  readonly leaseExpiresAt: Date;
+  readonly request: StepRequest;
+  readonly requestSha256: string;
+  readonly idempotencyKey: string;
+  readonly evidence: StepEvidence | null;
+}
+
+export interface TaskView {
+  id: string;
+  workspace_id: string;
+  title: string;
+  description: string | null;
+  external_id: string | null;
+  creation_state: TaskCreationState;
+  creation_complete: boolean;
+  creation_operation_id: string;
+  workflow_id: string | null;
+  workflow_step_id: string | null;
+  parent_id: string | null;
+  start_policy: string;
+  created_at: Date;
+}
+
+export interface BeginResult {
+  task: TaskView;
+  outcome: BeginOutcome;
+  /** Non-null only for `Created`. */
+  handle: CreationHandle | null;
+  operationId: string;
+}
+
+export interface CompleteResult {
+  outcome: 'Created' | 'CreatedIdentityLost';
+  eventId: string;
+  revision: 1;
+  replayed: boolean;
+}
+
+export interface StepRow {
+  id: string;
+  operation_id: string;
+  task_id: string;
+  workspace_id: string;
+  kind: StepKind;
+  step_key: string;
+  request_json: string;
+  request_sha256: string;
+  idempotency_key: string;
+  state: StepState;
+  generation: number;
+  attempt: number;
+  lease_owner: string | null;
+  lease_expires_at: Date | null;
+  evidence_json: string | null;
+  evidence_sha256: string | null;
+  compensation_state: string;
+  compensation_generation: number;
+  compensation_lease_owner: string | null;
+  compensation_lease_expires_at: Date | null;
+  cleanup_job_id: string | null;
+  disposition: string;
+}
+
+export type { ActorBindingDocument, StepEvidence, StepFailure };
