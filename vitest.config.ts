@@ -3,11 +3,14 @@ import { defineConfig } from 'vitest/config';
 /**
  * Every suite runs once per dialect: the `postgres` and `mysql` projects differ
  * only in TASKLEDGER_DB_URL. Each project's global setup recreates its own test
- * database and applies the migration history, so a run always starts clean.
+ * database and applies the migration history, so a run always starts clean;
+ * its teardown drops the database again.
  * Override the servers with TASKLEDGER_TEST_PG_URL / TASKLEDGER_TEST_MYSQL_URL.
  */
-const pgUrl = process.env.TASKLEDGER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/taskledger_test';
-const mysqlUrl = process.env.TASKLEDGER_TEST_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/taskledger_test';
+// One database per run (dropped at the end), so concurrent runs on one machine never collide.
+const runId = process.env.TASKLEDGER_TEST_RUN_ID ?? String(process.pid);
+const pgUrl = process.env.TASKLEDGER_TEST_PG_URL ?? `postgres://postgres@127.0.0.1:5432/taskledger_test_${runId}`;
+const mysqlUrl = process.env.TASKLEDGER_TEST_MYSQL_URL ?? `mysql://root@127.0.0.1:3306/taskledger_test_${runId}`;
 const redisUrl = process.env.TASKLEDGER_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 function project(name: 'postgres' | 'mysql', url: string) {

@@ -64,3 +64,11 @@ export async function recreateDatabase(url: string): Promise<void> {
     await q('CREATE DATABASE $DB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin');
   });
 }
+
+export async function dropDatabase(url: string): Promise<void> {
+  if (dialectOf(url) === 'postgres') {
+    await withServer(url, (q) => q('DROP DATABASE IF EXISTS $DB WITH (FORCE)'));
+    return;
+  }
+  await withServer(url, (q) => q('DROP DATABASE IF EXISTS $DB'));
+}

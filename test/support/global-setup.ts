@@ -4,10 +4,10 @@
  */
 import type { TestProject } from 'vitest/node';
 import { dialectOf } from '../../src/db/config';
-import { recreateDatabase } from '../../src/db/admin';
+import { dropDatabase, recreateDatabase } from '../../src/db/admin';
 import { createDataSource } from '../../src/db/data-source';
 
-export default async function setup(project: TestProject): Promise<void> {
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const url = project.config.env.TASKLEDGER_DB_URL as string;
   await recreateDatabase(url);
   const ds = createDataSource({ url, dialect: dialectOf(url) }, { poolSize: 2 });
@@ -17,4 +17,7 @@ export default async function setup(project: TestProject): Promise<void> {
   } finally {
     await ds.destroy();
   }
+  return async () => {
+    if (!process.env.TASKLEDGER_TEST_KEEP_DB) await dropDatabase(url);
+  };
 }
