@@ -1,0 +1,239 @@
+/**
+ * BeginTaskCreation: outcomes, external-ID validation and idempotency,
+ * authorization without leaks, identity reuse, and "nothing written" on
+ * every refusal. Runs on PostgreSQL and on MySQL/MariaDB.
+ */
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { GitError } from '../../src/git/rev-parse';
+import { beginTaskCreation } from '../../src/store/begin';
+import { completeTaskCreation } from '../../src/store/complete';
+import { count, sql, useTestDb } from '../support/db';
+import { begin, driveAllSteps, expectTyped } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+
+const t = useTestDb();
+
+async function writes(db: typeof t.db, workspaceId: string): Promise<number[]> {
+  return Promise.all([
+    count(db, 'tasks', 'workspace_id = ?', [workspaceId]),
+    count(db, 'task_creation_operations', 'workspace_id = ?', [workspaceId]),
+    count(db, 'task_creation_steps', 'workspace_id = ?', [workspaceId]),
+    count(db, 'task_identities', 'workspace_id = ?', [workspaceId]),
+    count(db, 'event_outbox', 'workspace_id = ?', [workspaceId]),
+  ]);
+}
+
+describe('BeginTaskCreation outcomes', () => {
+  it('Created writes task, operation, identity and one step per plan step, and no event', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { external_id: 'ext-1', start_agent: true, agent_profile_id: ws.agentProfileId });
+    expect(res.outcome).toBe('Created');
+    expect(res.handle).not.toBeNull();
+    expect(res.handle!.operationId).toBe(res.operationId);
+    expect(res.task.creation_state).toBe('preparing');
+    expect(res.task.creation_complete).toBe(false);
+    expect(res.task.external_id).toBe('ext-1');
+    expect(res.task.workflow_step_id).toBe(ws.stepIds[0]);
+    const steps = await sql<{ kind: string; state: string }>(t.db, 'SELECT kind, state FROM task_creation_steps WHERE operation_id = ? ORDER BY kind', [res.operationId]);
+    expect(steps.map((s) => s.kind)).toEqual(['launch_intent', 'session_prepare']);
+    expect(steps.every((s) => s.state === 'planned')).toBe(true);
+    expect(await writes(t.db, ws.workspaceId)).toEqual([1, 1, 2, 1, 0]);
+    const op = await sql<{ completion_token_sha256: string; state: string }>(t.db, 'SELECT completion_token_sha256, state FROM task_creation_operations WHERE id = ?', [res.operationId]);
+    expect(op[0]!.state).toBe('preparing');
+    // Only the token's SHA-256 is stored.
+    expect(op[0]!.completion_token_sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(op[0]!.completion_token_sha256).not.toContain(res.handle!.completionToken);
+  });
+
+  it('a retried external ID returns FoundUnsettled, then FoundSettled, writing nothing', async () => {
+    const ws = await seedWorkspace(t.db);
+    const first = await begin(t.db, ws, { external_id: 'webhook-7' });
+    const before = await writes(t.db, ws.workspaceId);
+    const again = await begin(t.db, ws, { external_id: 'webhook-7', title: 'a different payload' });
+    expect(again.outcome).toBe('FoundUnsettled');
+    expect(again.handle).toBeNull();
+    expect(again.task.id).toBe(first.task.id);
+    expect(again.task.title).toBe('a task');
+    expect(await writes(t.db, ws.workspaceId)).toEqual(before);
+
+    const auth = { kind: 'handle' as const, handle: first.handle! };
+    await driveAllSteps(t.db, auth, first.operationId);
+    await completeTaskCreation(t.db, auth);
+    const settled = await begin(t.db, ws, { external_id: '  webhook-7  ' });
+    expect(settled.outcome).toBe('FoundSettled');
+    expect(settled.task.creation_complete).toBe(true);
+    expect(settled.handle).toBeNull();
+  });
+
+  it('a found external ID wins over a malformed rest of the request (lookup before validation)', async () => {
+    const ws = await seedWorkspace(t.db);
+    const first = await begin(t.db, ws, { external_id: 'dup' });
+    const again = await begin(t.db, ws, { external_id: 'dup', bogus_field: 1, repositories: 'nope' });
+    expect(again.outcome).toBe('FoundUnsettled');
+    expect(again.task.id).toBe(first.task.id);
+  });
+
+  it('after a lookup miss, a pre-insert failure re-reads the ID and returns the task that now holds it', async () => {
+    const ws = await seedWorkspace(t.db);
+    let raced: string | null = null;
+    const res = await beginTaskCreation(
+      t.db,
+      ws.member,
+      { workspace_id: ws.workspaceId, title: 'slow one', external_id: 'race-ext', repositories: [{ repository_id: ws.repositoryId }] },
+      {
+        dataDir: ws.dataDir,
+        resolveCommit: async () => {
+          // Another request takes the ID while this one resolves its repository, then this one fails.
+          raced = (await begin(t.db, ws, { external_id: 'race-ext' })).task.id;
+          throw new GitError('simulated: repository vanished', 'not_a_repository');
+        },
+      },
+    );
+    expect(res.outcome).toBe('FoundUnsettled');
+    expect(res.task.id).toBe(raced);
+  });
+
+  it('two concurrent Begins with one external ID create exactly one task and no orphan rows', async () => {
+    const ws = await seedWorkspace(t.db);
+    const results = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => begin(t.db, ws, { external_id: 'concurrent', title: `attempt ${i}`, start_agent: true, agent_profile_id: ws.agentProfileId })),
+    );
+    const created = results.filter((r) => r.outcome === 'Created');
+    expect(created).toHaveLength(1);
+    expect(results.filter((r) => r.outcome === 'FoundUnsettled')).toHaveLength(5);
+    expect(new Set(results.map((r) => r.task.id)).size).toBe(1);
+    // One task, one operation, its two steps, one identity: nothing orphaned by the losers.
+    expect(await writes(t.db, ws.workspaceId)).toEqual([1, 1, 2, 1, 0]);
+  });
+
+  it('a reused task identity returns task_identity_reused with nothing written', async () => {
+    const ws = await seedWorkspace(t.db);
+    const taskId = randomUUID();
+    await begin(t.db, ws, { task_id: taskId });
+    const before = await writes(t.db, ws.workspaceId);
+    await expectTyped(begin(t.db, ws, { task_id: taskId, external_id: 'other' }), 'task_identity_reused');
+    expect(await writes(t.db, ws.workspaceId)).toEqual(before);
+  });
+});
+
+describe('external-ID validation (companion notes order)', () => {
+  it.each([
+    ['NUL', 'a\u0000b'],
+    ['tab before trimming', '\tabc'],
+    ['newline inside', 'ab\ncd'],
+    ['unit separator', 'x\u001f'],
+    ['DEL', 'x\u007f'],
+  ])('rejects a control character (%s) with a typed error and no writes', async (_name, value) => {
+    const ws = await seedWorkspace(t.db);
+    await expect(begin(t.db, ws, { external_id: value })).rejects.toMatchObject({ code: 'invalid_external_id', field: '/external_id' });
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it('trims white space, and treats empty or blank as absent', async () => {
+    const ws = await seedWorkspace(t.db);
+    const a = await begin(t.db, ws, { external_id: '  spaced  ' });
+    expect(a.task.external_id).toBe('spaced');
+    const b = await begin(t.db, ws, { external_id: '   ' });
+    const c = await begin(t.db, ws, { external_id: '' });
+    expect(b.outcome).toBe('Created');
+    expect(c.outcome).toBe('Created');
+    expect(b.task.external_id).toBeNull();
+    expect(c.task.external_id).toBeNull();
+    expect(b.task.id).not.toBe(c.task.id);
+  });
+
+  it('accepts 255 UTF-8 bytes and rejects 256', async () => {
+    const ws = await seedWorkspace(t.db);
+    const ok = await begin(t.db, ws, { external_id: 'é'.repeat(127) + 'a' });
+    expect(ok.outcome).toBe('Created');
+    expect(ok.task.external_id).toBe('é'.repeat(127) + 'a');
+    await expect(begin(t.db, ws, { external_id: 'é'.repeat(127) + 'aa' })).rejects.toMatchObject({ code: 'invalid_external_id' });
+    await expect(begin(t.db, ws, { external_id: 'x'.repeat(256) })).rejects.toMatchObject({ code: 'invalid_external_id' });
+    expect((await begin(t.db, ws, { external_id: 'x'.repeat(255) })).outcome).toBe('Created');
+  });
+
+  it('matches byte-exactly: case and trailing characters make different IDs', async () => {
+    const ws = await seedWorkspace(t.db);
+    const upper = await begin(t.db, ws, { external_id: 'Ticket-9' });
+    const lower = await begin(t.db, ws, { external_id: 'ticket-9' });
+    expect(lower.outcome).toBe('Created');
+    expect(lower.task.id).not.toBe(upper.task.id);
+    const same = await begin(t.db, ws, { external_id: 'Ticket-9' });
+    expect(same.outcome).toBe('FoundUnsettled');
+    expect(same.task.id).toBe(upper.task.id);
+  });
+});
+
+describe('authorization', () => {
+  it('a caller without access gets not_authorized and learns nothing, even for a malformed or existing ID', async () => {
+    const ws = await seedWorkspace(t.db);
+    const other = await seedWorkspace(t.db);
+    await begin(t.db, ws, { external_id: 'secret-ticket' });
+    const before = await writes(t.db, ws.workspaceId);
+    for (const external_id of ['secret-ticket', 'never-used', 'bad\u0000id', 'x'.repeat(300)]) {
+      const err = await begin(t.db, ws, { external_id }, other.member).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'not_authorized', message: 'task not created' });
+    }
+    await expectTyped(begin(t.db, { ...ws, workspaceId: randomUUID() }, {}, ws.operator), 'not_authorized');
+    await expectTyped(beginTaskCreation(t.db, ws.member, { workspace_id: 'not-a-uuid', title: 'x' }, { dataDir: ws.dataDir }), 'not_authorized');
+    expect(await writes(t.db, ws.workspaceId)).toEqual(before);
+  });
+
+  it('a revoked token cannot begin', async () => {
+    const ws = await seedWorkspace(t.db);
+    await sql(t.db, `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`, [ws.member.authority_id]);
+    await expectTyped(begin(t.db, ws, {}), 'not_authorized');
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+});
+
+describe('bad input', () => {
+  it.each([
+    [{ bogus: true }, '/bogus'],
+    [{ title: '' }, '/title'],
+    [{ title: 7 }, '/title'],
+    [{ repositories: [{ repository_id: randomUUID() }] }, '/repositories/0/repository_id'],
+    [{ repositories: [{ repository_id: 'NOT-A-UUID' }] }, '/repositories/0/repository_id'],
+    [{ attachments: [randomUUID()] }, '/attachments/0'],
+    [{ start_agent: true }, '/agent_profile_id'],
+    [{ start_agent: 'yes' }, '/start_agent'],
+    [{ blocked_by: [randomUUID()] }, '/blocked_by/0'],
+    [{ parent_id: randomUUID() }, '/parent_id'],
+    [{ workflow_step_id: randomUUID() }, '/workflow_step_id'],
+    [{ contributions: [{ provider: 'github', connection_id: randomUUID(), repository_id: randomUUID(), contribution_kind: 'merge_request', contribution_id: '1' }] }, '/contributions/0'],
+  ])('rejects %j naming %s, before anything is written', async (body, field) => {
+    const ws = await seedWorkspace(t.db);
+    const err = (await begin(t.db, ws, body as Record<string, unknown>).catch((e: unknown) => e)) as { code: string; field: string };
+    expect(err.code).toBe('invalid_request');
+    expect(err.field.startsWith(field)).toBe(true);
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it('rejects a repository path that is not a Git repository, naming the repository', async () => {
+    const ws = await seedWorkspace(t.db);
+    await sql(t.db, 'UPDATE repositories SET path = ? WHERE id = ?', [ws.dataDir, ws.repositoryId]);
+    await expect(begin(t.db, ws, { repositories: [{ repository_id: ws.repositoryId }] })).rejects.toMatchObject({
+      code: 'invalid_request',
+      field: '/repositories/0/repository_id',
+    });
+    await expect(begin(t.db, { ...ws }, { repositories: [{ repository_id: ws.repositoryId, base_branch: 'nope' }] })).rejects.toMatchObject({
+      code: 'invalid_request',
+    });
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it('rejects a body that is not an object', async () => {
+    const ws = await seedWorkspace(t.db);
+    for (const body of [null, [], 'text', 42]) {
+      await expect(beginTaskCreation(t.db, ws.member, body, { dataDir: ws.dataDir })).rejects.toMatchObject({ code: 'invalid_request', field: '/' });
+    }
+  });
+
+  it('refuses to create in a workspace that is being deleted', async () => {
+    const ws = await seedWorkspace(t.db);
+    await sql(t.db, "UPDATE workspaces SET state = 'deleting' WHERE id = ?", [ws.workspaceId]);
+    await expectTyped(begin(t.db, ws, {}), 'creation_state_conflict');
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+});

@@ -1,0 +1,56 @@
+/**
+ * Helpers that drive a creation through the Store the way the coordinator
+ * will, and snapshot the ledger to prove "zero writes".
+ */
+import { expect } from 'vitest';
+import type { Db } from '../../src/db/tx';
+import { beginTaskCreation } from '../../src/store/begin';
+import { armLaunchIntent, completeTaskCreationStep } from '../../src/store/step-results';
+import { claimTaskCreationStep } from '../../src/store/step-claims';
+import type { BeginResult, OperationAuthority, Principal } from '../../src/store/types';
+import { sql } from './db';
+import { presentEvidence } from './evidence';
+import type { SeededWorkspace } from './seed';
+
+export async function begin(db: Db, ws: SeededWorkspace, body: Record<string, unknown>, principal?: Principal): Promise<BeginResult> {
+  return beginTaskCreation(db, principal ?? ws.member, { workspace_id: ws.workspaceId, title: 'a task', ...body }, { dataDir: ws.dataDir });
+}
+
+export async function stepRows(db: Db, operationId: string) {
+  return sql<{ id: string; kind: string; step_key: string; state: string; generation: number; compensation_state: string }>(
+    db,
+    'SELECT id, kind, step_key, state, generation, compensation_state FROM task_creation_steps WHERE operation_id = ? ORDER BY kind, step_key',
+    [operationId],
+  );
+}
+
+/** Claims and records success for every step (launch intent last, armed). */
+export async function driveAllSteps(db: Db, auth: OperationAuthority, operationId: string, owner = 'worker-1'): Promise<void> {
+  const rows = await stepRows(db, operationId);
+  for (const row of rows.filter((r) => r.kind !== 'launch_intent')) {
+    const claim = await claimTaskCreationStep(db, auth, { kind: row.kind as never, stepKey: row.step_key }, owner);
+    await completeTaskCreationStep(db, claim, { evidence: presentEvidence(claim) });
+  }
+  for (const row of rows.filter((r) => r.kind === 'launch_intent')) {
+    const claim = await claimTaskCreationStep(db, auth, { kind: 'launch_intent', stepKey: row.step_key }, owner);
+    await armLaunchIntent(db, claim, presentEvidence(claim));
+  }
+}
+
+/** Everything the ledger holds about one operation, for before/after equality. */
+export async function snapshot(db: Db, operationId: string, taskId: string): Promise<string> {
+  const parts = await Promise.all([
+    sql(db, 'SELECT * FROM task_creation_operations WHERE id = ?', [operationId]),
+    sql(db, 'SELECT * FROM task_creation_steps WHERE operation_id = ? ORDER BY id', [operationId]),
+    sql(db, 'SELECT * FROM tasks WHERE id = ?', [taskId]),
+    sql(db, 'SELECT * FROM task_identities WHERE task_id = ?', [taskId]),
+    sql(db, 'SELECT * FROM task_revisions WHERE task_id = ?', [taskId]),
+    sql(db, 'SELECT * FROM event_outbox WHERE task_id = ?', [taskId]),
+    sql(db, 'SELECT * FROM task_resource_cleanup_jobs WHERE operation_id = ?', [operationId]),
+  ]);
+  return JSON.stringify(parts);
+}
+
+export async function expectTyped(promise: Promise<unknown>, code: string): Promise<void> {
+  await expect(promise).rejects.toMatchObject({ code });
+}
