@@ -155,20 +155,31 @@ async function resolveRepositories(
     out[repo.id] = { ...repo, base_commit: baseCommit };
   }
   for (const [i, c] of req.contributions.entries()) {
-    const known = await readRows<{ id: string }>(
-      db,
-      'SELECT id FROM repositories WHERE id = ? AND workspace_id = ?',
-      [c.repository_id, req.workspace_id],
-    );
-    if (!known[0]) throw new ValidationError(`/contributions/${i}/repository_id`, 'unknown repository in this workspace');
+    const field = `/contributions/${i}`;
+    if (!out[c.repository_id]) {
+      // Every registered repository is a local Git checkout; the builder knows it by its default branch.
+      const rows = await readRows<{ id: string; name: string; path: string; default_branch: string }>(
+        db,
+        'SELECT id, name, path, default_branch FROM repositories WHERE id = ? AND workspace_id = ?',
+        [c.repository_id, req.workspace_id],
+      );
+      const repo = rows[0];
+      if (!repo) throw new ValidationError(`${field}/repository_id`, 'unknown repository in this workspace');
+      try {
+        out[repo.id] = { ...repo, base_commit: await commitOf(repo.path, repo.default_branch) };
+      } catch (err) {
+        if (err instanceof GitError) throw new ValidationError(`${field}/repository_id`, err.message);
+        throw err;
+      }
+    }
     const conn = await readRows<{ provider: string }>(
       db,
       'SELECT provider FROM provider_connections WHERE id = ? AND workspace_id = ?',
       [c.connection_id, req.workspace_id],
     );
-    if (!conn[0]) throw new ValidationError(`/contributions/${i}/connection_id`, 'unknown provider connection in this workspace');
+    if (!conn[0]) throw new ValidationError(`${field}/connection_id`, 'unknown provider connection in this workspace');
     if (conn[0].provider !== c.provider) {
-      throw new ValidationError(`/contributions/${i}/provider`, `connection is for ${conn[0].provider}, not ${c.provider}`);
+      throw new ValidationError(`${field}/provider`, `connection is for ${conn[0].provider}, not ${c.provider}`);
     }
   }
   return out;
