@@ -67,27 +67,36 @@ function lookup<T>(table: Readonly<Record<string, T>>, id: string): T | undefine
 
 function checkContext(req: CreateTaskRequest, ctx: PlanContext): void {
   if (ctx.workspaceId !== req.workspace_id) throw new Error('plan context workspace does not match the request');
-  if (req.task_id !== null && ctx.taskId !== req.task_id) throw new Error('plan context task ID does not match request.task_id');
+  if (req.task_id !== null && ctx.taskId !== req.task_id)
+    throw new Error('plan context task ID does not match request.task_id');
   if (req.parent_id === ctx.taskId) throw new ValidationError('/parent_id', 'a task cannot be its own parent');
   const self = req.blocked_by.indexOf(ctx.taskId);
   if (self >= 0) throw new ValidationError(`/blocked_by/${self}`, 'a task cannot block itself');
   if (req.workflow_step_id !== null && ctx.workflow?.workflow_step_id !== req.workflow_step_id) {
-    throw new ValidationError('/workflow_step_id', `unknown workflow step ${req.workflow_step_id} in workspace ${req.workspace_id}`);
+    throw new ValidationError(
+      '/workflow_step_id',
+      `unknown workflow step ${req.workflow_step_id} in workspace ${req.workspace_id}`,
+    );
   }
 }
 
 function resolveAgentProfile(req: CreateTaskRequest, ctx: PlanContext): AgentProfileInfo | null {
   if (!req.start_agent) return null;
-  if (req.agent_profile_id === null) throw new ValidationError('/agent_profile_id', 'required when start_agent is true');
+  if (req.agent_profile_id === null)
+    throw new ValidationError('/agent_profile_id', 'required when start_agent is true');
   if (ctx.agentProfile === null || ctx.agentProfile.id !== req.agent_profile_id) {
-    throw new ValidationError('/agent_profile_id', `unknown agent profile ${req.agent_profile_id} in workspace ${req.workspace_id}`);
+    throw new ValidationError(
+      '/agent_profile_id',
+      `unknown agent profile ${req.agent_profile_id} in workspace ${req.workspace_id}`,
+    );
   }
   return ctx.agentProfile;
 }
 
 function resolveRepository(ctx: PlanContext, id: string, field: string): RepositoryInfo {
   const info = lookup(ctx.repositories, id);
-  if (info === undefined || info.id !== id) throw new ValidationError(field, `unknown repository ${id} in workspace ${ctx.workspaceId}`);
+  if (info === undefined || info.id !== id)
+    throw new ValidationError(field, `unknown repository ${id} in workspace ${ctx.workspaceId}`);
   return info;
 }
 
@@ -112,7 +121,10 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
   const claimItems = req.attachments.map((id, i) => {
     const a = lookup(ctx.attachments, id);
     if (a === undefined || a.id !== id) {
-      throw new ValidationError(`/attachments/${i}`, `unknown attachment ${id} (no staged attachment with this ID in workspace ${workspaceId})`);
+      throw new ValidationError(
+        `/attachments/${i}`,
+        `unknown attachment ${id} (no staged attachment with this ID in workspace ${workspaceId})`,
+      );
     }
     return { attachment_id: id, staging_owner_id: a.staging_owner_id, content_sha256: a.content_sha256, size: a.size };
   });
@@ -137,7 +149,10 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
   const steps: PlanStep[] = [];
   if (attachment !== null) {
     const { mode, group_id, environment_id, member_ids, blocker_ids } = attachment;
-    const key = domainHash(WORKSPACE_POLICY_DOMAIN, canonicalJson({ mode, group_id, environment_id, member_ids, blocker_ids }));
+    const key = domainHash(
+      WORKSPACE_POLICY_DOMAIN,
+      canonicalJson({ mode, group_id, environment_id, member_ids, blocker_ids }),
+    );
     steps.push(step('workspace_attachment', key, attachment));
   }
   if (claimItems.length > 0) {
@@ -163,7 +178,9 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
     );
   });
   for (const c of req.contributions) {
-    steps.push(step('remote_contribution_associate', contributionKey(c), { ...c, workspace_id: workspaceId, task_id: taskId }));
+    steps.push(
+      step('remote_contribution_associate', contributionKey(c), { ...c, workspace_id: workspaceId, task_id: taskId }),
+    );
   }
 
   let deferredLaunch: DeferredLaunch | null = null;
@@ -225,7 +242,9 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
       fresh_branch: r.req.fresh_branch,
     })),
     task_environments:
-      taskEnvironmentId === null ? [] : [{ id: taskEnvironmentId, workspace_id: workspaceId, task_id: taskId, kind: 'task' }],
+      taskEnvironmentId === null
+        ? []
+        : [{ id: taskEnvironmentId, workspace_id: workspaceId, task_id: taskId, kind: 'task' }],
   };
   const plan = validateCreationPlan({
     version: 1,

@@ -126,7 +126,10 @@ function toValidationError(err: ErrorObject): ValidationError {
     case 'type':
       return new ValidationError(at || '/', `must be ${typeName(params.type)}`);
     case 'enum':
-      return new ValidationError(at, `must be one of ${(params.allowedValues as unknown[]).map((v) => `"${String(v)}"`).join(', ')}`);
+      return new ValidationError(
+        at,
+        `must be one of ${(params.allowedValues as unknown[]).map((v) => `"${String(v)}"`).join(', ')}`,
+      );
     case 'pattern': {
       if (params.pattern === UUID_PATTERN) {
         const data = typeof err.data === 'string' ? err.data : '';
@@ -138,7 +141,10 @@ function toValidationError(err: ErrorObject): ValidationError {
             : 'must be a lowercase RFC 4122 UUID',
         );
       }
-      return new ValidationError(at, 'must be a safe Git branch name (components of [A-Za-z0-9._-], no "..", not HEAD)');
+      return new ValidationError(
+        at,
+        'must be a safe Git branch name (components of [A-Za-z0-9._-], no "..", not HEAD)',
+      );
     }
     case 'maxItems':
       return new ValidationError(at, `must have at most ${String(params.limit)} items`);

@@ -37,7 +37,14 @@ import { ValidationError } from '../domain/errors';
 import type { ContributionKind, Provider } from '../domain/vocab';
 import { schemaError } from './create-request-schema';
 import { normalizeExternalId } from './external-id';
-import { assertWellFormed, cmp, normalizeContributionId, normalizeDescription, normalizeTitle, sortedUnique } from './fields';
+import {
+  assertWellFormed,
+  cmp,
+  normalizeContributionId,
+  normalizeDescription,
+  normalizeTitle,
+  sortedUnique,
+} from './fields';
 import { checkWorkspacePolicyShape, type WorkspacePolicyRequest } from './workspace-policy';
 
 export interface RepositoryRequest {
@@ -115,7 +122,11 @@ interface RawBody {
   repositories?: RawRepository[];
   attachments?: string[];
   contributions?: RawContribution[];
-  workspace_policy?: { mode: WorkspacePolicyRequest['mode']; group_id?: string | null; environment_id?: string | null } | null;
+  workspace_policy?: {
+    mode: WorkspacePolicyRequest['mode'];
+    group_id?: string | null;
+    environment_id?: string | null;
+  } | null;
 }
 
 function normalizeRepositories(raw: RawRepository[]): RepositoryRequest[] {
@@ -152,7 +163,8 @@ function normalizeContributions(raw: RawContribution[]): ContributionRequest[] {
     };
     const key = contributionKey(norm);
     const first = seen.get(key);
-    if (first !== undefined) throw new ValidationError(at, `duplicate contribution ${key} (already at /contributions/${first})`);
+    if (first !== undefined)
+      throw new ValidationError(at, `duplicate contribution ${key} (already at /contributions/${first})`);
     seen.set(key, i);
     return norm;
   });
@@ -230,6 +242,10 @@ export function validatedRequestDocument(req: CreateTaskRequest): ValidatedCreat
     workspace_policy:
       req.workspace_policy === null
         ? null
-        : { mode: req.workspace_policy.mode, group_id: req.workspace_policy.group_id, environment_id: req.workspace_policy.environment_id },
+        : {
+            mode: req.workspace_policy.mode,
+            group_id: req.workspace_policy.group_id,
+            environment_id: req.workspace_policy.environment_id,
+          },
   };
 }

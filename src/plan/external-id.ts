@@ -37,7 +37,8 @@ function invalid(message: string): ValidationError {
 /** Validates and normalizes a raw external ID; `null` means "no external ID". */
 export function normalizeExternalId(raw: unknown): string | null {
   if (raw === undefined || raw === null) return null;
-  if (typeof raw !== 'string') throw invalid(`external_id must be a string, got ${Array.isArray(raw) ? 'array' : typeof raw}`);
+  if (typeof raw !== 'string')
+    throw invalid(`external_id must be a string, got ${Array.isArray(raw) ? 'array' : typeof raw}`);
   const control = ASCII_CONTROL.exec(raw);
   if (control) {
     const code = control[0].charCodeAt(0).toString(16).padStart(4, '0').toUpperCase();

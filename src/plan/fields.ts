@@ -29,7 +29,8 @@ export function sortedUnique(ids: readonly string[]): string[] {
 
 export function assertWellFormed(value: unknown, at: string): void {
   if (typeof value === 'string') {
-    if (LONE_SURROGATE.test(value)) throw new ValidationError(at || '/', 'must be well-formed Unicode (lone surrogate)');
+    if (LONE_SURROGATE.test(value))
+      throw new ValidationError(at || '/', 'must be well-formed Unicode (lone surrogate)');
   } else if (Array.isArray(value)) {
     value.forEach((v, i) => assertWellFormed(v, pointer(at, i)));
   } else if (typeof value === 'object' && value !== null) {
@@ -41,7 +42,8 @@ export function normalizeTitle(raw: string): string {
   const title = raw.trim();
   const chars = [...title].length;
   if (chars === 0) throw new ValidationError('/title', 'must not be empty or only white space');
-  if (chars > TITLE_MAX_CHARS) throw new ValidationError('/title', `must be at most ${TITLE_MAX_CHARS} characters (got ${chars})`);
+  if (chars > TITLE_MAX_CHARS)
+    throw new ValidationError('/title', `must be at most ${TITLE_MAX_CHARS} characters (got ${chars})`);
   if (ASCII_CONTROL.test(title)) throw new ValidationError('/title', 'must not contain control characters');
   return title;
 }
@@ -58,7 +60,8 @@ export function normalizeDescription(raw: string | null | undefined): string | n
 
 export function normalizeContributionId(raw: string | number, at: string): string {
   if (typeof raw === 'number') {
-    if (!Number.isSafeInteger(raw) || raw < 1) throw new ValidationError(at, 'must be a positive integer or a non-empty string');
+    if (!Number.isSafeInteger(raw) || raw < 1)
+      throw new ValidationError(at, 'must be a positive integer or a non-empty string');
     return String(raw);
   }
   const chars = [...raw].length;
@@ -70,4 +73,3 @@ export function normalizeContributionId(raw: string | number, at: string): strin
   if (raw.trim() !== raw) throw new ValidationError(at, 'must not have leading or trailing white space');
   return raw;
 }
-

@@ -28,7 +28,10 @@ const MAX_SEGMENT = 100;
 const BAD_TAIL = /(?:\.lock|\.)$/;
 
 export function sanitizeRepoName(name: string): string {
-  let s = name.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/\.{2,}/g, '.').replace(/^[.-]+/, '');
+  let s = name
+    .replace(/[^A-Za-z0-9._-]+/g, '-')
+    .replace(/\.{2,}/g, '.')
+    .replace(/^[.-]+/, '');
   s = s.slice(0, MAX_SEGMENT);
   while (BAD_TAIL.test(s)) s = s.replace(BAD_TAIL, '');
   return s === '' ? 'repo' : s;

@@ -15,7 +15,13 @@ export {
   type RepositoryRequest,
   type ContributionRequest,
 } from './create-request';
-export { createRequestSchema, MAX_ATTACHMENTS, MAX_BLOCKERS, MAX_CONTRIBUTIONS, MAX_REPOSITORIES } from './create-request-schema';
+export {
+  createRequestSchema,
+  MAX_ATTACHMENTS,
+  MAX_BLOCKERS,
+  MAX_CONTRIBUTIONS,
+  MAX_REPOSITORIES,
+} from './create-request-schema';
 export { TITLE_MAX_CHARS, DESCRIPTION_MAX_BYTES, CONTRIBUTION_ID_MAX_CHARS } from './fields';
 export { resolveStartPolicy } from './start-policy';
 export {

@@ -23,7 +23,8 @@ export function idSource(ctx: Pick<PlanContext, 'taskId' | 'newId'>): () => stri
   const seen = new Set<string>([ctx.taskId]);
   return () => {
     const id = ctx.newId();
-    if (typeof id !== 'string' || !UUID.test(id)) throw new Error(`newId() returned ${String(id)}, not a lowercase UUID`);
+    if (typeof id !== 'string' || !UUID.test(id))
+      throw new Error(`newId() returned ${String(id)}, not a lowercase UUID`);
     if (seen.has(id)) throw new Error(`newId() repeated ${id}`);
     seen.add(id);
     return id;

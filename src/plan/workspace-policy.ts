@@ -74,10 +74,16 @@ export function checkWorkspacePolicyShape(policy: WorkspacePolicyRequest | null,
   switch (policy.mode) {
     case 'inherit_parent':
       if (parentId === null) {
-        throw new ValidationError('/workspace_policy/mode', 'inherit_parent requires parent_id (there is no parent to inherit from)');
+        throw new ValidationError(
+          '/workspace_policy/mode',
+          'inherit_parent requires parent_id (there is no parent to inherit from)',
+        );
       }
       if (policy.group_id !== null) {
-        throw new ValidationError('/workspace_policy/group_id', 'inherit_parent takes the group from the parent; group_id must be absent');
+        throw new ValidationError(
+          '/workspace_policy/group_id',
+          'inherit_parent takes the group from the parent; group_id must be absent',
+        );
       }
       if (policy.environment_id !== null) {
         throw new ValidationError(
@@ -136,7 +142,10 @@ export function resolveWorkspacePolicy(input: WorkspacePolicyInput): WorkspaceAt
       ? input.environments[environmentId]
       : undefined;
     if (env === undefined || env.id !== environmentId) {
-      throw new ValidationError(environmentField, `unknown shared environment ${environmentId} in workspace ${input.workspaceId}`);
+      throw new ValidationError(
+        environmentField,
+        `unknown shared environment ${environmentId} in workspace ${input.workspaceId}`,
+      );
     }
     repositoryIds = sortedUnique(env.repository_ids);
   }
