@@ -1,0 +1,88 @@
+/**
+ * The migration history on a scratch database of its own
+ * (`taskledger_test_migrate_<dialect>`, so the shared test database is never
+ * disturbed): up builds the committed schema dump, down() undoes each
+ * migration completely, and up again rebuilds the identical schema. Also: the
+ * committed dump in test/schema/ matches the shared migrated test database.
+ */
+import { readFile } from 'node:fs/promises';
+import type { DataSource } from 'typeorm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ALL_MIGRATIONS } from '../../migrations/index';
+import { DUMP_FILES, dumpMysql, dumpPostgres } from '../../scripts/dump-schema';
+import { recreateDatabase } from '../../src/db/admin';
+import { dbConfigFromEnv } from '../../src/db/config';
+import { EXPECTED_TABLES } from './expected-schema';
+import { DIALECT, openDataSource } from './helpers';
+import { MIGRATIONS_TABLE, readTables } from './introspect';
+
+const sharedUrl = dbConfigFromEnv().url;
+const scratchUrl = (() => {
+  const u = new URL(sharedUrl);
+  u.pathname = `/taskledger_test_migrate_${DIALECT}`;
+  return u.toString();
+})();
+
+const dump = (url: string) => (DIALECT === 'postgres' ? dumpPostgres(url) : dumpMysql(url));
+const committedDump = () => readFile(DUMP_FILES[DIALECT], 'utf8');
+
+/** Tables created by the last migration (CleanupLaunchEvents). */
+const LAST_MIGRATION_TABLES = [
+  'task_resource_cleanup_jobs',
+  'task_launch_dispatch_claims',
+  'archive_membership_barriers',
+  'event_outbox',
+];
+
+let ds: DataSource;
+
+beforeAll(async () => {
+  await recreateDatabase(scratchUrl);
+  ds = await openDataSource(scratchUrl);
+});
+
+afterAll(async () => {
+  await ds?.destroy();
+});
+
+async function appliedCount(): Promise<number> {
+  const rows = (await ds.query(`SELECT count(*) AS n FROM ${MIGRATIONS_TABLE}`)) as { n: string | number }[];
+  return Number(rows[0]!.n);
+}
+
+describe(`migration history (${DIALECT})`, () => {
+  it('lists migrations in timestamp order, each named after its timestamp', () => {
+    const stamps = ALL_MIGRATIONS.map((M) => {
+      const name = new M().name ?? M.name;
+      expect(name).toBe(M.name);
+      return Number(/(\d{13})$/.exec(name)?.[1]);
+    });
+    expect(stamps.every((s) => Number.isFinite(s))).toBe(true);
+    expect([...stamps].sort((a, b) => a - b)).toEqual(stamps);
+  });
+
+  it('the committed dump matches the shared migrated test database', async () => {
+    expect(await dump(sharedUrl)).toBe(await committedDump());
+  });
+
+  it('up, down step by step, and up again on a scratch database', async () => {
+    const all = [...EXPECTED_TABLES.map((t) => t.name), MIGRATIONS_TABLE].sort();
+
+    const applied = await ds.runMigrations({ transaction: 'each' });
+    expect(applied).toHaveLength(ALL_MIGRATIONS.length);
+    expect(await readTables(ds)).toEqual(all);
+    expect(await dump(scratchUrl)).toBe(await committedDump());
+
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await readTables(ds)).toEqual(all.filter((t) => !LAST_MIGRATION_TABLES.includes(t)));
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 1);
+
+    for (let i = 1; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
+    expect(await appliedCount()).toBe(0);
+
+    const again = await ds.runMigrations({ transaction: 'each' });
+    expect(again).toHaveLength(ALL_MIGRATIONS.length);
+    expect(await dump(scratchUrl)).toBe(await committedDump());
+  });
+});
