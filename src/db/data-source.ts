@@ -48,10 +48,8 @@ export function createDataSource(config: DbConfig, options: DataSourceOptions = 
     supportBigNumbers: true,
     bigNumberStrings: true,
     dateStrings: false,
-    extra: {
-      // READ COMMITTED plus explicit row/key locks: REPEATABLE READ's gap locks on
-      // absent rows deadlock inserts (see docs/adr/0001-lock-keys.md).
-      connectionLimit: poolSize,
-    },
+    // Every Store transaction starts READ COMMITTED explicitly (src/db/tx.ts):
+    // REPEATABLE READ's gap locks on absent rows deadlock inserts (docs/adr/0001-lock-keys.md).
+    extra: { connectionLimit: poolSize },
   });
 }

@@ -133,6 +133,23 @@ export interface TransactionOptions {
   restartOnUnique?: readonly string[];
 }
 
+/** MySQL connections that already run their session in UTC. */
+const utcSessions = new WeakSet<object>();
+
+/**
+ * MySQL's NOW(3) and DATETIME defaults follow the session time zone; every
+ * connection is switched to UTC once, so stored times read back correctly
+ * through the driver's `timezone: 'Z'`. PostgreSQL gets UTC from its
+ * connection options.
+ */
+async function ensureUtcSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
+  if (dialect !== 'mysql') return;
+  const conn = (qr as unknown as { databaseConnection?: object }).databaseConnection;
+  if (!conn || utcSessions.has(conn)) return;
+  await qr.query("SET time_zone = '+00:00'");
+  utcSessions.add(conn);
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -147,6 +164,7 @@ export async function runTransaction<T>(
     const qr = db.ds.createQueryRunner();
     try {
       await qr.connect();
+      await ensureUtcSession(qr, db.dialect);
       await qr.startTransaction('READ COMMITTED');
       const tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
