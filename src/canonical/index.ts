@@ -33,3 +33,5 @@ export {
   UUID_PATTERN,
 } from './schemas';
 export type { GroupMemberRole } from './schemas';
+/** Every closed JSON Schema, for schema dumps and documentation. */
+export * as schemas from './schemas';

@@ -12,9 +12,19 @@ import { ValidationError } from '../domain/errors';
 import { jsonPointer } from './canonical-json';
 import { PATTERN_MESSAGES } from './schemas/fragments';
 
+const TYPE_WORDS: Readonly<Record<string, string>> = {
+  string: 'a string',
+  number: 'a number',
+  integer: 'an integer',
+  boolean: 'a boolean',
+  object: 'an object',
+  array: 'an array',
+  null: 'null',
+};
+
 function typeWords(type: unknown): string {
-  const types = Array.isArray(type) ? type : String(type).split(',');
-  const words = types.map((t: string) => (t === 'null' || t === 'array' || t === 'object' ? t : `a ${t}`));
+  const types = Array.isArray(type) ? type.map(String) : String(type).split(',');
+  const words = types.map((t) => TYPE_WORDS[t] ?? t);
   return words.length > 1 ? `${words.slice(0, -1).join(', ')} or ${words[words.length - 1]}` : (words[0] ?? '');
 }
 

@@ -7,7 +7,7 @@
 import type { SchemaObject } from 'ajv';
 import { EVIDENCE_EFFECTS, STEP_KINDS, type StepKind } from '../../domain/vocab';
 import type { CompensationProof, StepFailure } from '../types';
-import { closedObject, constant, enumOf, nullableUuid, sha256, snakeName, text, timestamp, uuid } from './fragments';
+import { closedObject, conditionalObject, constant, enumOf, nullableUuid, sha256, snakeName, text, timestamp, uuid } from './fragments';
 import { PRESENT_OBSERVATION_SCHEMAS, rowSetObservationSchema } from './observations';
 
 export const FAILURE_CLASSES = ['permanent', 'transient', 'ambiguous'] as const satisfies readonly StepFailure['class'][];
@@ -22,7 +22,7 @@ export const COMPENSATION_OUTCOMES = [
 export const stepKey = text(255);
 
 function evidenceBranch(kind: StepKind): SchemaObject {
-  return closedObject(
+  return conditionalObject(
     {
       version: constant(1),
       kind: constant(kind),
@@ -32,11 +32,14 @@ function evidenceBranch(kind: StepKind): SchemaObject {
       observed_at: timestamp,
       effect: enumOf(EVIDENCE_EFFECTS),
     },
-    {
-      if: { properties: { effect: { const: 'present_exact' } } },
-      then: { properties: { observation: PRESENT_OBSERVATION_SCHEMAS[kind] } },
-      else: { properties: { observation: rowSetObservationSchema } },
-    },
+    [
+      {
+        if: { properties: { effect: { const: 'present_exact' } } },
+        then: { properties: { observation: PRESENT_OBSERVATION_SCHEMAS[kind] } },
+        else: { properties: { observation: rowSetObservationSchema } },
+      },
+    ],
+    ['kind'],
   );
 }
 
@@ -60,7 +63,7 @@ export const stepFailureSchema = closedObject({
   evidence: evidenceSchemaOf(true),
 });
 
-export const compensationProofSchema = closedObject(
+export const compensationProofSchema = conditionalObject(
   {
     version: constant(1),
     kind: enumOf(STEP_KINDS),
@@ -71,9 +74,11 @@ export const compensationProofSchema = closedObject(
     observation: rowSetObservationSchema,
     observed_at: timestamp,
   },
-  {
-    if: { properties: { outcome: { const: 'transferred' } } },
-    then: { properties: { cleanup_job_id: uuid } },
-    else: { properties: { cleanup_job_id: { type: 'null' } } },
-  },
+  [
+    {
+      if: { properties: { outcome: { const: 'transferred' } } },
+      then: { properties: { cleanup_job_id: uuid } },
+      else: { properties: { cleanup_job_id: { type: 'null' } } },
+    },
+  ],
 );

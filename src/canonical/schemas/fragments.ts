@@ -81,8 +81,28 @@ export function constant(value: string | number | boolean): SchemaObject {
 }
 
 /** A closed object: exactly these properties, all required. */
-export function closedObject(properties: Record<string, SchemaObject>, extra: SchemaObject = {}): SchemaObject {
-  return { type: 'object', additionalProperties: false, required: Object.keys(properties), properties, ...extra };
+export function closedObject(properties: Record<string, SchemaObject>): SchemaObject {
+  return { type: 'object', additionalProperties: false, required: Object.keys(properties), properties };
+}
+
+/**
+ * A closed object that must also satisfy cross-field `conditions` (if/then).
+ * ajv applies `allOf`/`if` before `properties`, so the closed shape is the first
+ * `allOf` entry: a structural error (unknown or missing field, wrong type) is
+ * reported before a pairing error. `tags` repeats discriminator properties at
+ * the top, where ajv's `discriminator` looks for them.
+ */
+export function conditionalObject(
+  properties: Record<string, SchemaObject>,
+  conditions: SchemaObject[],
+  tags: readonly string[] = [],
+): SchemaObject {
+  const tagged = Object.fromEntries(tags.map((t) => [t, properties[t] as SchemaObject]));
+  return {
+    type: 'object',
+    ...(tags.length > 0 ? { required: [...tags], properties: tagged } : {}),
+    allOf: [closedObject(properties), ...conditions],
+  };
 }
 
 /** `null` or a closed object with exactly these properties. */

@@ -10,6 +10,7 @@ import {
   branchName,
   closedObject,
   commitId,
+  conditionalObject,
   enumOf,
   listOf,
   nullableUuid,
@@ -65,7 +66,7 @@ export const freshBranchPrepareRequestSchema = closedObject({
   base_commit: commitId,
 });
 
-export const remoteContributionAssociateRequestSchema = closedObject(
+export const remoteContributionAssociateRequestSchema = conditionalObject(
   {
     provider: enumOf(PROVIDERS),
     workspace_id: uuid,
@@ -75,12 +76,10 @@ export const remoteContributionAssociateRequestSchema = closedObject(
     connection_id: uuid,
     task_id: uuid,
   },
-  {
-    allOf: Object.entries(PROVIDER_CONTRIBUTION_KIND).map(([provider, kind]) => ({
-      if: { properties: { provider: { const: provider } } },
-      then: { properties: { contribution_kind: { const: kind } } },
-    })),
-  },
+  Object.entries(PROVIDER_CONTRIBUTION_KIND).map(([provider, kind]) => ({
+    if: { properties: { provider: { const: provider } } },
+    then: { properties: { contribution_kind: { const: kind } } },
+  })),
 );
 
 export const sessionPrepareRequestSchema = closedObject({
