@@ -1,0 +1,32 @@
+/**
+ * The `taskledger` command dispatcher (bin/taskledger.mjs calls `main`). Each
+ * command lives in its own file and returns its exit code; nothing here
+ * calls `process.exit`, so open handles close on their own.
+ */
+import { COMMANDS, EXIT, notYetAvailable, usage } from './usage';
+
+/** Runs one command line (`argv` as in `process.argv`) and returns the exit code. */
+export async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...args] = argv.slice(2);
+  if (command === undefined) {
+    console.error(usage());
+    return EXIT.USAGE;
+  }
+  if (command === 'help' || command === '--help' || command === '-h') {
+    console.log(usage());
+    return EXIT.OK;
+  }
+  if (command === 'migrate') {
+    // Loaded on demand: `help` and usage errors answer without loading TypeORM.
+    const { migrateCommand } = await import('./migrate');
+    return migrateCommand(args);
+  }
+
+  const listed = COMMANDS.find((c) => c.name === command);
+  if (listed && !listed.available) {
+    console.error(notYetAvailable(listed));
+    return EXIT.USAGE;
+  }
+  console.error(`taskledger: unknown command "${command}"\n\n${usage()}`);
+  return EXIT.USAGE;
+}
