@@ -1,0 +1,55 @@
+/**
+ * pm2 process file: one process per role of the worker fleet, all from the
+ * same `taskledger start --roles <role>` entry point, sharing one database and
+ * one Redis. `taskledger start` arrives with the worker fleet; until then
+ * these processes exit at once with "not yet available" (only
+ * `taskledger migrate` runs today).
+ *
+ *   npx taskledger migrate --create && pm2 start ecosystem.config.js
+ *
+ * This package is "type": "module", so this file is ESM. pm2 loads process
+ * files with require(), which on Node >= 20.19 (this package's engines floor)
+ * loads ES modules and returns their named exports: pm2 reads `apps` from
+ * there, so `apps` must be a named export (pm2 ignores `default`).
+ */
+
+/** Passed through from the environment pm2 is started in; unset ones keep taskledger's defaults (README.md). */
+const VARIABLES = [
+  'TASKLEDGER_DB_URL',
+  'TASKLEDGER_REDIS_URL',
+  'TASKLEDGER_PORT',
+  'TASKLEDGER_ADMIN_TOKEN',
+  'TASKLEDGER_DATA_DIR',
+  'TASKLEDGER_QUEUE_PREFIX',
+  'TASKLEDGER_LEASE_MS',
+  'TASKLEDGER_SWEEP_MS',
+];
+const env = Object.fromEntries(
+  VARIABLES.filter((name) => process.env[name] !== undefined).map((name) => [name, process.env[name]]),
+);
+
+/** `instances` > 1 only where work is parallel by design: step workers claim rows, so two never run one step. */
+const ROLES = [
+  { role: 'api' },
+  { role: 'admission' },
+  { role: 'steps', instances: 2 },
+  { role: 'complete' },
+  { role: 'outbox' },
+  { role: 'launch' },
+  { role: 'cleanup' },
+  { role: 'reaper' },
+];
+
+export const apps = ROLES.map(({ role, instances = 1 }) => ({
+  name: `taskledger-${role}`,
+  script: 'bin/taskledger.mjs',
+  args: `start --roles ${role}`,
+  cwd: import.meta.dirname,
+  instances,
+  exec_mode: 'fork',
+  // A crash loop should be visible, not hidden: back off between restarts.
+  exp_backoff_restart_delay: 1000,
+  // Workers finish or abandon their claim on SIGINT; leases cover the rest.
+  kill_timeout: 10_000,
+  env,
+}));
