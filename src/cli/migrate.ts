@@ -88,7 +88,8 @@ export async function migrateCommand(args: string[]): Promise<number> {
   }
   const where = redactUrl(config.url);
   const fail = (what: string, err: unknown): number => {
-    console.error(`taskledger migrate: ${what} ${where}: ${scrubPassword(describe(err), config.url)}`);
+    const message = scrubPassword(describe(err), config.url).replace(/\s*\n\s*/g, ' ');
+    console.error(`taskledger migrate: ${what} ${where}: ${message}`);
     return EXIT.FAILED;
   };
 
