@@ -71,9 +71,7 @@ export async function dumpMysql(url: string): Promise<string> {
       .sort();
     const out = [`${HEADER}-- Server flavor: ${flavor}\n`];
     for (const name of names) {
-      const [rows] = (await conn.query(`SHOW CREATE TABLE \`${name}\``)) as unknown as [
-        { 'Create Table': string }[],
-      ];
+      const [rows] = (await conn.query(`SHOW CREATE TABLE \`${name}\``)) as unknown as [{ 'Create Table': string }[]];
       const ddl = rows[0]?.['Create Table'];
       if (!ddl) throw new Error(`SHOW CREATE TABLE ${name} returned nothing`);
       out.push(`${ddl.replace(/ AUTO_INCREMENT=\d+/, '')};\n`);

@@ -48,7 +48,7 @@ function describe(value: unknown): string {
   if (typeof value === 'symbol') return 'a symbol';
   if (typeof value === 'bigint') return 'a bigint';
   if (typeof value === 'object' && value !== null) {
-    const name = (value as object).constructor?.name;
+    const name = value.constructor?.name;
     return name ? `a ${name} instance` : 'a non-plain object';
   }
   return typeof value;
@@ -75,7 +75,8 @@ export function assertPlainJson(value: unknown, path = '', ancestors: object[] =
   ancestors.push(value);
   try {
     if (Array.isArray(value)) {
-      if (Object.getPrototypeOf(value) !== Array.prototype) throw invalid(path, `${describe(value)} is not a JSON value`);
+      if (Object.getPrototypeOf(value) !== Array.prototype)
+        throw invalid(path, `${describe(value)} is not a JSON value`);
       for (let i = 0; i < value.length; i++) {
         const child = jsonPointer(path, i);
         if (!(i in value)) throw invalid(child, 'sparse array hole is not a JSON value');

@@ -56,7 +56,9 @@ export function completionTokenMatches(token: string, storedSha256Hex: string): 
     const raw = decodeToken(token);
     const validStored = typeof storedSha256Hex === 'string' && SHA256_HEX.test(storedSha256Hex);
     // Hash even when malformed so the work done does not depend on which input was bad.
-    const actual = createHash('sha256').update(raw ?? Buffer.alloc(TOKEN_BYTES)).digest();
+    const actual = createHash('sha256')
+      .update(raw ?? Buffer.alloc(TOKEN_BYTES))
+      .digest();
     const expected = validStored ? Buffer.from(storedSha256Hex, 'hex') : Buffer.alloc(32);
     const equal = timingSafeEqual(actual, expected);
     return equal && raw !== null && validStored;

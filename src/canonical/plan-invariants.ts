@@ -43,7 +43,7 @@ const HASH = new RegExp(SHA256_PATTERN);
  * `null` for kinds keyed by a hash the plan builder computes.
  */
 export function derivedStepKey<K extends StepKind>(kind: K, request: StepRequestByKind[K]): string | null {
-  const r = request as StepRequestByKind[StepKind];
+  const r = request;
   switch (kind) {
     case 'fresh_branch_prepare':
       return (r as StepRequestByKind['fresh_branch_prepare']).task_environment_repo_id;
@@ -64,7 +64,8 @@ export function checkStepRequestInvariants(kind: StepKind, request: unknown, bas
   if (kind !== 'workspace_attachment') return;
   const r = request as WorkspaceAttachmentRequest;
   if (r.parent_id === r.task_id) fail(`${base}/parent_id`, 'a task cannot be its own parent');
-  if (r.mode === 'inherit_parent' && r.parent_id === null) fail(`${base}/parent_id`, 'inherit_parent needs a parent_id');
+  if (r.mode === 'inherit_parent' && r.parent_id === null)
+    fail(`${base}/parent_id`, 'inherit_parent needs a parent_id');
   if (r.group_id === null && r.member_ids.length > 0) fail(`${base}/member_ids`, 'members need a group_id');
   if (r.environment_id === null && r.repository_ids.length > 0) {
     fail(`${base}/repository_ids`, 'environment repositories need an environment_id');
@@ -76,14 +77,21 @@ export function checkStepRequestInvariants(kind: StepKind, request: unknown, bas
 function checkStepKey(step: PlanStep, base: string): void {
   const derived = derivedStepKey(step.kind, step.request);
   if (derived === null) {
-    if (!HASH.test(step.step_key)) fail(`${base}/step_key`, `a ${step.kind} step_key must be a SHA-256 hash (64 lowercase hex characters)`);
+    if (!HASH.test(step.step_key))
+      fail(`${base}/step_key`, `a ${step.kind} step_key must be a SHA-256 hash (64 lowercase hex characters)`);
   } else if (step.step_key !== derived) {
     fail(`${base}/step_key`, `must be the canonical ${step.kind} key ${JSON.stringify(derived)}`);
   }
 }
 
 function checkSameLaunch(session: SessionPrepareRequest, launch: LaunchIntentRequest, base: string): void {
-  for (const f of ['session_id', 'agent_profile_id', 'executor_id', 'executor_profile_id', 'launch_config_sha256'] as const) {
+  for (const f of [
+    'session_id',
+    'agent_profile_id',
+    'executor_id',
+    'executor_profile_id',
+    'launch_config_sha256',
+  ] as const) {
     if (session[f] !== launch[f]) fail(`${base}/request/${f}`, `must equal the session_prepare step's ${f}`);
   }
 }
@@ -113,11 +121,13 @@ export function checkPlanInvariants(plan: CreationPlan): void {
     checkStepKey(step, base);
     switch (step.kind) {
       case 'workspace_attachment':
-        if (step.request.parent_id !== plan.parent_id) fail(`${base}/request/parent_id`, "must equal the plan's parent_id");
+        if (step.request.parent_id !== plan.parent_id)
+          fail(`${base}/request/parent_id`, "must equal the plan's parent_id");
         break;
       case 'fresh_branch_prepare': {
         const prior = repositories.get(step.request.repository_id);
-        if (prior !== undefined) fail(`${base}/request/repository_id`, `repository already prepared by /steps/${prior}`);
+        if (prior !== undefined)
+          fail(`${base}/request/repository_id`, `repository already prepared by /steps/${prior}`);
         repositories.set(step.request.repository_id, i);
         claimResource(step.request.resource_key, `${base}/request/resource_key`);
         break;

@@ -39,7 +39,10 @@ export function describeSchemaError(error: ErrorObject): { field: string; messag
         message: `missing required field ${JSON.stringify(p.missingProperty)} (absent optionals are null, never omitted)`,
       };
     case 'additionalProperties':
-      return { field: jsonPointer(at, String(p.additionalProperty)), message: `unknown field ${JSON.stringify(p.additionalProperty)}` };
+      return {
+        field: jsonPointer(at, String(p.additionalProperty)),
+        message: `unknown field ${JSON.stringify(p.additionalProperty)}`,
+      };
     case 'discriminator':
       return {
         field: jsonPointer(at, String(p.tag)),
@@ -60,7 +63,10 @@ export function describeSchemaError(error: ErrorObject): { field: string; messag
         message: `must be one of ${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`,
       };
     case 'minLength':
-      return { field: at, message: Number(p.limit) === 1 ? 'must not be empty' : `must be at least ${String(p.limit)} characters` };
+      return {
+        field: at,
+        message: Number(p.limit) === 1 ? 'must not be empty' : `must be at least ${String(p.limit)} characters`,
+      };
     case 'maxLength':
       return { field: at, message: `must be at most ${String(p.limit)} characters` };
     case 'minItems':

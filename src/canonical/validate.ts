@@ -103,7 +103,9 @@ export interface EvidenceExpectation {
 
 function checkEvidence(evidence: StepEvidence, base: string, what: string, expected?: EvidenceExpectation): void {
   checkTimestamp(evidence.observed_at, `${base}/observed_at`, what);
-  withDocument(what, () => checkObservationLists(evidence.kind, evidence.effect, evidence.observation, `${base}/observation`));
+  withDocument(what, () =>
+    checkObservationLists(evidence.kind, evidence.effect, evidence.observation, `${base}/observation`),
+  );
   checkEnvelope(evidence, base, what, expected);
 }
 

@@ -176,13 +176,17 @@ export async function runTransaction<T>(
         await qr.rollbackTransaction().catch(() => undefined);
       }
       const unique = uniqueViolationConstraint(err);
-      const restart =
-        isRetryableError(err) || (unique !== null && (options.restartOnUnique ?? []).includes(unique));
+      const restart = isRetryableError(err) || (unique !== null && (options.restartOnUnique ?? []).includes(unique));
       if (!restart) throw err;
       if (attempt >= MAX_ATTEMPTS) {
-        throw new TaskLedgerError('retry_exhausted', `${name}: gave up after ${attempt} deadlock/serialization retries`, {
-          command: name,
-        }, { cause: err });
+        throw new TaskLedgerError(
+          'retry_exhausted',
+          `${name}: gave up after ${attempt} deadlock/serialization retries`,
+          {
+            command: name,
+          },
+          { cause: err },
+        );
       }
       options.onRetry?.(attempt, err);
       const cap = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
@@ -194,8 +198,12 @@ export async function runTransaction<T>(
 }
 
 /** One non-transactional read (autocommit), for lookups outside any command. */
-export async function readRows<T = Record<string, unknown>>(db: Db, sql: string, params: SqlParam[] = []): Promise<T[]> {
-  return (await db.ds.query(toDialectSql(db.dialect, sql), params)) as T[];
+export async function readRows<T = Record<string, unknown>>(
+  db: Db,
+  sql: string,
+  params: SqlParam[] = [],
+): Promise<T[]> {
+  return db.ds.query<T[]>(toDialectSql(db.dialect, sql), params);
 }
 
 /** MySQL returns booleans as 0/1. */

@@ -49,7 +49,11 @@ export class TaskLedgerError extends Error {
 /** Bad input, naming the field (a JSON pointer such as `/repositories/0/repository_id`). */
 export class ValidationError extends TaskLedgerError {
   readonly field: string;
-  constructor(field: string, message: string, code: 'invalid_request' | 'invalid_external_id' | 'invalid_document' = 'invalid_request') {
+  constructor(
+    field: string,
+    message: string,
+    code: 'invalid_request' | 'invalid_external_id' | 'invalid_document' = 'invalid_request',
+  ) {
     super(code, `${field || '/'}: ${message}`, { field });
     this.name = 'ValidationError';
     this.field = field;

@@ -32,11 +32,16 @@ export async function resolveCommit(repoPath: string, ref: string): Promise<stri
     throw new GitError(`${repoPath} is not a Git repository`, 'not_a_repository');
   }
   try {
-    const { stdout } = await run('git', ['-C', repoPath, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`], {
-      timeout: GIT_TIMEOUT_MS,
-    });
+    const { stdout } = await run(
+      'git',
+      ['-C', repoPath, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`],
+      {
+        timeout: GIT_TIMEOUT_MS,
+      },
+    );
     const commit = stdout.trim();
-    if (!/^[0-9a-f]{40}([0-9a-f]{24})?$/.test(commit)) throw new GitError(`unexpected rev-parse output for ${ref}`, 'git_failed');
+    if (!/^[0-9a-f]{40}([0-9a-f]{24})?$/.test(commit))
+      throw new GitError(`unexpected rev-parse output for ${ref}`, 'git_failed');
     return commit;
   } catch (err) {
     if (err instanceof GitError) throw err;

@@ -31,7 +31,11 @@ export function abortBlocker(step: StepRow): string | null {
   if (step.state === 'unknown' || step.state === 'running') return `step is ${step.state}`;
   if (step.state === 'armed') return 'launch intent is armed';
   if (COMPENSATION_PENDING.has(step.compensation_state)) return `compensation is ${step.compensation_state}`;
-  if (step.state === 'succeeded' && step.compensation_state !== 'compensated' && step.compensation_state !== 'transferred') {
+  if (
+    step.state === 'succeeded' &&
+    step.compensation_state !== 'compensated' &&
+    step.compensation_state !== 'transferred'
+  ) {
     return 'effect exists and was neither compensated nor transferred';
   }
   if (step.state === 'cancelled') return 'cancelled intents belong to workspace deletion';
@@ -42,7 +46,8 @@ export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause:
   const trimmedCause = cause.slice(0, 64);
   return runTransaction(db, 'AbortTaskCreation', async (tx) => {
     const { op, plan } = await guardOperationLocked(tx, auth);
-    if (op.state === 'aborted') return { operationId: op.id, cause: op.abort_cause ?? '', replayed: true, cleanupJobIds: [] };
+    if (op.state === 'aborted')
+      return { operationId: op.id, cause: op.abort_cause ?? '', replayed: true, cleanupJobIds: [] };
     if (op.state !== 'preparing') {
       throw new ConflictError('creation_state_conflict', `operation is ${op.state}; only preparing operations abort`, {
         operation_id: op.id,
@@ -70,29 +75,36 @@ export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause:
     const sortedJobs = (jobIds as string[]).sort();
     for (const id of sortedJobs) {
       tx.lockRow(TIER.CLEANUP, 'task_resource_cleanup_jobs', id);
-      const job = await tx.one(`SELECT id FROM task_resource_cleanup_jobs WHERE id = ? AND operation_id = ? ${tx.forShare}`, [id, op.id]);
-      if (!job) throw new ConflictError('evidence_mismatch', `cleanup job ${id} of a transfer is missing`, { operation_id: op.id });
+      const job = await tx.one(
+        `SELECT id FROM task_resource_cleanup_jobs WHERE id = ? AND operation_id = ? ${tx.forShare}`,
+        [id, op.id],
+      );
+      if (!job)
+        throw new ConflictError('evidence_mismatch', `cleanup job ${id} of a transfer is missing`, {
+          operation_id: op.id,
+        });
     }
 
     // Tier 11: operation-owned environments, then the partial live rows.
-    const envs = await tx.rows<{ id: string }>('SELECT id FROM task_environments WHERE task_id = ? AND operation_id = ? ORDER BY id', [
-      op.task_id,
-      op.id,
-    ]);
+    const envs = await tx.rows<{ id: string }>(
+      'SELECT id FROM task_environments WHERE task_id = ? AND operation_id = ? ORDER BY id',
+      [op.task_id, op.id],
+    );
     for (const e of envs) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', e.id);
     await tx.exec('DELETE FROM task_environments WHERE task_id = ? AND operation_id = ?', [op.task_id, op.id]);
     await tx.exec('DELETE FROM task_repositories WHERE task_id = ?', [op.task_id]);
     await tx.exec('DELETE FROM tasks WHERE id = ? AND creation_operation_id = ?', [op.task_id, op.id]);
-    await tx.exec(`UPDATE task_identities SET state = 'aborted', updated_at = ${tx.now} WHERE task_id = ? AND operation_id = ?`, [
-      op.task_id,
-      op.id,
-    ]);
+    await tx.exec(
+      `UPDATE task_identities SET state = 'aborted', updated_at = ${tx.now} WHERE task_id = ? AND operation_id = ?`,
+      [op.task_id, op.id],
+    );
     const changed = await tx.exec(
       `UPDATE task_creation_operations SET state = 'aborted', abort_cause = ?, aborted_at = ${tx.now}, updated_at = ${tx.now}
         WHERE id = ? AND state = 'preparing'`,
       [trimmedCause, op.id],
     );
-    if (changed !== 1) throw new ConflictError('stale_claim', 'operation changed while aborting', { operation_id: op.id });
+    if (changed !== 1)
+      throw new ConflictError('stale_claim', 'operation changed while aborting', { operation_id: op.id });
     return { operationId: op.id, cause: trimmedCause, replayed: false, cleanupJobIds: sortedJobs };
   });
 }

@@ -147,7 +147,8 @@ async function resolveRepositories(
       baseCommit = await commitOf(repo.path, ref);
     } catch (err) {
       if (err instanceof GitError) {
-        const field = err.reason === 'unknown_ref' ? `/repositories/${i}/base_branch` : `/repositories/${i}/repository_id`;
+        const field =
+          err.reason === 'unknown_ref' ? `/repositories/${i}/base_branch` : `/repositories/${i}/repository_id`;
         throw new ValidationError(field, err.message);
       }
       throw err;
@@ -196,7 +197,8 @@ async function resolveAttachments(db: Db, req: CreateTaskRequest): Promise<PlanC
   const out: PlanContext['attachments'] = {};
   for (const r of rows) out[r.id] = { ...r, size: Number(r.size) };
   req.attachments.forEach((id, i) => {
-    if (!out[id]) throw new ValidationError(`/attachments/${i}`, 'unknown or already claimed attachment in this workspace');
+    if (!out[id])
+      throw new ValidationError(`/attachments/${i}`, 'unknown or already claimed attachment in this workspace');
   });
   return out;
 }
@@ -210,7 +212,11 @@ async function resolveAgentProfile(db: Db, req: CreateTaskRequest): Promise<Plan
   );
   const row = rows[0];
   if (!row) throw new ValidationError('/agent_profile_id', 'unknown agent profile in this workspace');
-  return { id: row.id, executor_kind: row.executor_kind, executor: parseCanonical(row.executor_json) as Record<string, unknown> };
+  return {
+    id: row.id,
+    executor_kind: row.executor_kind,
+    executor: parseCanonical(row.executor_json) as Record<string, unknown>,
+  };
 }
 
 export async function resolvePlanContext(

@@ -37,7 +37,13 @@ export type InsertResult =
   | { kind: 'found'; task: TaskView; outcome: BeginOutcome }
   | { kind: 'identity_reused' };
 
-async function insertRows(tx: Tx, table: string, columns: string[], rows: SqlParam[][], nowColumns: string[] = []): Promise<void> {
+async function insertRows(
+  tx: Tx,
+  table: string,
+  columns: string[],
+  rows: SqlParam[][],
+  nowColumns: string[] = [],
+): Promise<void> {
   if (rows.length === 0) return;
   const cols = [...columns, ...nowColumns].join(', ');
   const one = `(${[...columns.map(() => '?'), ...nowColumns.map(() => tx.now)].join(', ')})`;
@@ -65,7 +71,9 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<void> {
     );
     if (!row || row.workspace_id !== plan.workspace_id || row.lifecycle_state === 'deleted') {
       const field = id === plan.parent_id ? '/parent_id' : '/blocked_by';
-      throw new TaskLedgerError('invalid_request', `${field}: task ${id} no longer exists in this workspace`, { field });
+      throw new TaskLedgerError('invalid_request', `${field}: task ${id} no longer exists in this workspace`, {
+        field,
+      });
     }
   }
 }
@@ -98,7 +106,10 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           plan.workflow_step_id,
           plan.workspace_id,
         ]);
-        if (!step) throw new TaskLedgerError('invalid_request', '/workflow_step_id: workflow step no longer exists', { field: '/workflow_step_id' });
+        if (!step)
+          throw new TaskLedgerError('invalid_request', '/workflow_step_id: workflow step no longer exists', {
+            field: '/workflow_step_id',
+          });
       }
 
       // Tier 4.1: archive / deletion membership barriers covering this workspace.
@@ -106,7 +117,8 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         `SELECT operation_id FROM archive_membership_barriers WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
         [plan.workspace_id],
       );
-      for (const b of barriers) tx.lockRow(TIER.BARRIER, 'archive_membership_barriers', `${b.operation_id}:${plan.workspace_id}`);
+      for (const b of barriers)
+        tx.lockRow(TIER.BARRIER, 'archive_membership_barriers', `${b.operation_id}:${plan.workspace_id}`);
       if (barriers.length > 0) {
         throw new ConflictError('creation_state_conflict', 'workspace is fenced by an archive or deletion operation', {
           workspace_id: plan.workspace_id,
@@ -118,8 +130,32 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       await insertRows(
         tx,
         'task_creation_operations',
-        ['id', 'workspace_id', 'task_id', 'state', 'plan_json', 'manifest_hash', 'actor_json', 'actor_binding_hash', 'completion_token_sha256', 'start_policy'],
-        [[input.operationId, plan.workspace_id, plan.task_id, 'preparing', canonicalJson(plan), manifest, canonicalJson(input.actor), actorHash, input.completionTokenSha256, plan.start_policy]],
+        [
+          'id',
+          'workspace_id',
+          'task_id',
+          'state',
+          'plan_json',
+          'manifest_hash',
+          'actor_json',
+          'actor_binding_hash',
+          'completion_token_sha256',
+          'start_policy',
+        ],
+        [
+          [
+            input.operationId,
+            plan.workspace_id,
+            plan.task_id,
+            'preparing',
+            canonicalJson(plan),
+            manifest,
+            canonicalJson(input.actor),
+            actorHash,
+            input.completionTokenSha256,
+            plan.start_policy,
+          ],
+        ],
         ['created_at', 'updated_at'],
       );
 
@@ -129,7 +165,11 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         const found = await findByExternalIdLocked(tx, plan.workspace_id, input.externalId);
         if (found) {
           tx.rollbackOnly();
-          return { kind: 'found', task: found, outcome: isSettled(found.creation_state) ? 'FoundSettled' : 'FoundUnsettled' };
+          return {
+            kind: 'found',
+            task: found,
+            outcome: isSettled(found.creation_state) ? 'FoundSettled' : 'FoundUnsettled',
+          };
         }
       }
 
@@ -147,8 +187,42 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       await insertRows(
         tx,
         'tasks',
-        ['id', 'workspace_id', 'workflow_id', 'workflow_step_id', 'parent_id', 'title', 'description', 'creation_state', 'lifecycle_state', 'lifecycle_generation', 'start_policy', 'wip_admitted', 'external_id', 'creation_operation_id', 'revision'],
-        [[t.id, t.workspace_id, t.workflow_id, t.workflow_step_id, t.parent_id, t.title, t.description, 'preparing', 'live', 1, t.start_policy, false, input.externalId, input.operationId, 0]],
+        [
+          'id',
+          'workspace_id',
+          'workflow_id',
+          'workflow_step_id',
+          'parent_id',
+          'title',
+          'description',
+          'creation_state',
+          'lifecycle_state',
+          'lifecycle_generation',
+          'start_policy',
+          'wip_admitted',
+          'external_id',
+          'creation_operation_id',
+          'revision',
+        ],
+        [
+          [
+            t.id,
+            t.workspace_id,
+            t.workflow_id,
+            t.workflow_step_id,
+            t.parent_id,
+            t.title,
+            t.description,
+            'preparing',
+            'live',
+            1,
+            t.start_policy,
+            false,
+            input.externalId,
+            input.operationId,
+            0,
+          ],
+        ],
         ['created_at', 'updated_at'],
       );
       await insertRows(
@@ -162,7 +236,14 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         tx,
         'task_repositories',
         ['task_id', 'repository_id', 'workspace_id', 'position', 'base_branch', 'fresh_branch'],
-        rows.task_repositories.map((r) => [r.task_id, r.repository_id, r.workspace_id, r.position, r.base_branch, r.fresh_branch]),
+        rows.task_repositories.map((r) => [
+          r.task_id,
+          r.repository_id,
+          r.workspace_id,
+          r.position,
+          r.base_branch,
+          r.fresh_branch,
+        ]),
         ['created_at'],
       );
       await insertRows(
@@ -175,10 +256,32 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       await insertRows(
         tx,
         'task_creation_steps',
-        ['id', 'operation_id', 'task_id', 'workspace_id', 'kind', 'step_key', 'request_json', 'request_sha256', 'idempotency_key', 'state'],
+        [
+          'id',
+          'operation_id',
+          'task_id',
+          'workspace_id',
+          'kind',
+          'step_key',
+          'request_json',
+          'request_sha256',
+          'idempotency_key',
+          'state',
+        ],
         plan.steps.map((s) => {
           const requestSha = stepRequestHash(s.request);
-          return [input.newId(), input.operationId, plan.task_id, plan.workspace_id, s.kind, s.step_key, canonicalJson(s.request), requestSha, idempotencyKey(input.operationId, s.kind, s.step_key, requestSha), 'planned'];
+          return [
+            input.newId(),
+            input.operationId,
+            plan.task_id,
+            plan.workspace_id,
+            s.kind,
+            s.step_key,
+            canonicalJson(s.request),
+            requestSha,
+            idempotencyKey(input.operationId, s.kind, s.step_key, requestSha),
+            'planned',
+          ];
         }),
         ['created_at', 'updated_at'],
       );

@@ -77,7 +77,11 @@ export async function beginTaskCreation(
   try {
     const req = validateCreateRequest(raw);
     const taskId = req.task_id ?? newId();
-    const ctx = await resolvePlanContext(db, req, taskId, { dataDir: deps.dataDir, newId, resolveCommit: deps.resolveCommit });
+    const ctx = await resolvePlanContext(db, req, taskId, {
+      dataDir: deps.dataDir,
+      newId,
+      resolveCommit: deps.resolveCommit,
+    });
     const built = buildCreationPlan(req, ctx);
     const actor = actorDocumentFor(principal, workspaceId);
     const token = newCompletionToken();
@@ -90,7 +94,8 @@ export async function beginTaskCreation(
       completionTokenSha256: token.sha256,
       newId,
     });
-    if (res.kind === 'found') return { task: res.task, outcome: res.outcome, handle: null, operationId: res.task.creation_operation_id };
+    if (res.kind === 'found')
+      return { task: res.task, outcome: res.outcome, handle: null, operationId: res.task.creation_operation_id };
     if (res.kind === 'identity_reused') {
       throw new TaskLedgerError('task_identity_reused', `task ID ${taskId} was already used; nothing was written`, {
         task_id: taskId,

@@ -31,16 +31,24 @@ export async function claimTaskCreationCompensation(
   return runTransaction(db, 'ClaimTaskCreationCompensation', async (tx) => {
     const { op, plan } = await guardOperationLocked(tx, auth);
     if (op.state !== 'preparing') {
-      throw new ConflictError('creation_state_conflict', `operation is ${op.state}; compensation runs while preparing`, { operation_id: op.id });
+      throw new ConflictError(
+        'creation_state_conflict',
+        `operation is ${op.state}; compensation runs while preparing`,
+        { operation_id: op.id },
+      );
     }
     await lockTaskChainLocked(tx, op, { externalIdKey: false });
     const steps = await lockStepsLocked(tx, op.id);
     const step = findStep(steps, ref);
     const request = verifyStepRequest(step, plan);
     if (step.compensation_state !== 'required' && step.compensation_state !== 'retry_wait') {
-      throw new ConflictError('creation_state_conflict', `compensation is ${step.compensation_state}; only required or retry_wait can be claimed`, {
-        step_id: step.id,
-      });
+      throw new ConflictError(
+        'creation_state_conflict',
+        `compensation is ${step.compensation_state}; only required or retry_wait can be claimed`,
+        {
+          step_id: step.id,
+        },
+      );
     }
     const changed = await tx.exec(
       `UPDATE task_creation_steps SET compensation_state = 'running', compensation_generation = compensation_generation + 1,
@@ -48,7 +56,8 @@ export async function claimTaskCreationCompensation(
         WHERE id = ? AND compensation_generation = ? AND compensation_state = ?`,
       [owner, leaseMs, step.id, step.compensation_generation, step.compensation_state],
     );
-    if (changed !== 1) throw new ConflictError('stale_claim', 'compensation changed while being claimed', { step_id: step.id });
+    if (changed !== 1)
+      throw new ConflictError('stale_claim', 'compensation changed while being claimed', { step_id: step.id });
     const row = await tx.one<{ compensation_lease_expires_at: Date }>(
       'SELECT compensation_lease_expires_at FROM task_creation_steps WHERE id = ?',
       [step.id],
@@ -95,11 +104,22 @@ export async function completeTaskCreationCompensation(
     step_key: claim.stepKey,
     request_sha256: claim.requestSha256,
   });
-  if ((proof.outcome === 'transferred') !== (transfer !== null) || (proof.outcome === 'transferred') !== (proof.cleanup_job_id !== null)) {
-    throw new ValidationError('/cleanup_job_id', 'a transfer needs exactly one cleanup job and its id in the proof; other outcomes none', 'invalid_document');
+  if (
+    (proof.outcome === 'transferred') !== (transfer !== null) ||
+    (proof.outcome === 'transferred') !== (proof.cleanup_job_id !== null)
+  ) {
+    throw new ValidationError(
+      '/cleanup_job_id',
+      'a transfer needs exactly one cleanup job and its id in the proof; other outcomes none',
+      'invalid_document',
+    );
   }
   await runTransaction(db, 'CompleteTaskCreationCompensation', async (tx) => {
-    const { op } = await guardOperationLocked(tx, { kind: 'operation', operationId: claim.operationId, actor: claim.owner });
+    const { op } = await guardOperationLocked(tx, {
+      kind: 'operation',
+      operationId: claim.operationId,
+      actor: claim.owner,
+    });
     await lockTaskChainLocked(tx, op, { externalIdKey: false });
     const steps = await lockStepsLocked(tx, op.id);
     const step = findStepById(steps, claim.stepId);
@@ -121,14 +141,28 @@ export async function completeTaskCreationCompensation(
       ],
     );
     if (changed !== 1) {
-      throw new ConflictError('stale_claim', 'compensation claim is stale: generation, owner or lease no longer matches', { step_id: claim.stepId });
+      throw new ConflictError(
+        'stale_claim',
+        'compensation claim is stale: generation, owner or lease no longer matches',
+        { step_id: claim.stepId },
+      );
     }
     if (transfer !== null) {
       tx.lockRow(TIER.CLEANUP, 'task_resource_cleanup_jobs', proof.cleanup_job_id!);
       await tx.exec(
         `INSERT INTO task_resource_cleanup_jobs (id, workspace_id, task_id, operation_id, step_id, kind, reason, proof_json, proof_sha256, state, created_at, updated_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ${tx.now}, ${tx.now})`,
-        [proof.cleanup_job_id!, op.workspace_id, op.task_id, op.id, step.id, step.kind, transfer.reason.slice(0, 64), canonicalJson(transfer.proof), cleanupProofHash(transfer.proof)],
+        [
+          proof.cleanup_job_id!,
+          op.workspace_id,
+          op.task_id,
+          op.id,
+          step.id,
+          step.kind,
+          transfer.reason.slice(0, 64),
+          canonicalJson(transfer.proof),
+          cleanupProofHash(transfer.proof),
+        ],
       );
     }
   });

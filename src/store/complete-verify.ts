@@ -24,7 +24,8 @@ function fail(why: string, detail: Record<string, unknown> = {}): never {
 }
 
 export function verifyStoredEvidence(step: StepRow): void {
-  if (step.evidence_json === null || step.evidence_sha256 === null) fail(`step ${step.kind}/${step.step_key} has no evidence`);
+  if (step.evidence_json === null || step.evidence_sha256 === null)
+    fail(`step ${step.kind}/${step.step_key} has no evidence`);
   let evidence;
   try {
     evidence = validateStepEvidence(parseCanonical(step.evidence_json), {
@@ -39,9 +40,13 @@ export function verifyStoredEvidence(step: StepRow): void {
     });
   }
   if (evidenceHash(evidence) !== step.evidence_sha256) {
-    throw new ConflictError('evidence_mismatch', `step ${step.kind}/${step.step_key}: evidence does not hash to evidence_sha256`, {
-      step_id: step.id,
-    });
+    throw new ConflictError(
+      'evidence_mismatch',
+      `step ${step.kind}/${step.step_key}: evidence does not hash to evidence_sha256`,
+      {
+        step_id: step.id,
+      },
+    );
   }
   if (evidence.effect !== 'present_exact') fail(`step ${step.kind}/${step.step_key} evidence is ${evidence.effect}`);
 }
@@ -58,7 +63,8 @@ export function verifyCompletePredicate(steps: StepRow[], plan: CreationPlan): v
       fail(`step ${step.kind}/${step.step_key} has compensation ${step.compensation_state}`);
     }
     const wanted = step.kind === 'launch_intent' ? 'armed' : 'succeeded';
-    if (step.state !== wanted) fail(`step ${step.kind}/${step.step_key} is ${step.state}, not ${wanted}`, { step_id: step.id });
+    if (step.state !== wanted)
+      fail(`step ${step.kind}/${step.step_key} is ${step.state}, not ${wanted}`, { step_id: step.id });
     verifyStoredEvidence(step);
   }
 }
@@ -75,9 +81,10 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
   );
   if (!task) fail('the task row is gone');
   actual.push({ table: 'tasks', key: plan.task_id, row_sha256: rowHash({ ...task }) });
-  const ident = await tx.one<Record<string, unknown>>('SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?', [
-    plan.task_id,
-  ]);
+  const ident = await tx.one<Record<string, unknown>>(
+    'SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?',
+    [plan.task_id],
+  );
   if (!ident) fail('the retained identity is gone');
   actual.push({ table: 'task_identities', key: plan.task_id, row_sha256: rowHash({ ...ident }) });
   const repos = await tx.rows<Record<string, unknown>>(
@@ -86,7 +93,11 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
   );
   for (const r of repos) {
     const doc = { ...r, position: Number(r.position), fresh_branch: bool(r.fresh_branch) };
-    actual.push({ table: 'task_repositories', key: `${String(r.task_id)}:${String(r.repository_id)}`, row_sha256: rowHash(doc) });
+    actual.push({
+      table: 'task_repositories',
+      key: `${String(r.task_id)}:${String(r.repository_id)}`,
+      row_sha256: rowHash(doc),
+    });
   }
   const envIds = plan.database_rows.filter((r) => r.table === 'task_environments').map((r) => r.key);
   for (const id of [...envIds].sort()) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id);
@@ -100,7 +111,10 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
   const expected = plan.database_rows;
   const same =
     actual.length === expected.length &&
-    actual.every((a, i) => a.table === expected[i]!.table && a.key === expected[i]!.key && a.row_sha256 === expected[i]!.row_sha256);
+    actual.every(
+      (a, i) =>
+        a.table === expected[i]!.table && a.key === expected[i]!.key && a.row_sha256 === expected[i]!.row_sha256,
+    );
   if (!same) {
     throw new ConflictError('evidence_mismatch', 'rows Begin inserted are not byte-equivalent to the manifest', {
       task_id: plan.task_id,

@@ -37,7 +37,11 @@ function replay(op: OperationRow): CompleteResult {
   };
 }
 
-async function lockAndVerifyLocked(tx: Tx, auth: OperationAuthority, phase: 'A' | 'B'): Promise<VerifiedCreation | CompleteResult> {
+async function lockAndVerifyLocked(
+  tx: Tx,
+  auth: OperationAuthority,
+  phase: 'A' | 'B',
+): Promise<VerifiedCreation | CompleteResult> {
   const { op, plan } = await guardOperationLocked(tx, auth);
   if (op.state === 'completed') return replay(op);
   const wanted = phase === 'A' ? 'preparing' : 'completing';
@@ -73,7 +77,9 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
       WHERE id = ? AND creation_state = 'completing'`,
     [v.task.id],
   );
-  await tx.exec(`UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`, [v.task.id]);
+  await tx.exec(`UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`, [
+    v.task.id,
+  ]);
   await tx.exec(
     `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
     [v.task.id, v.op.workspace_id, v.op.id, eventId],
@@ -102,12 +108,18 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
       WHERE id = ? AND state = 'completing'`,
     [outcome, eventId, v.op.id],
   );
-  if (changed !== 1) throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', { operation_id: v.op.id });
+  if (changed !== 1)
+    throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', {
+      operation_id: v.op.id,
+    });
   return { outcome, eventId, revision: 1, replayed: false };
 }
 
 /** Phase A only (exposed so recovery and tests can stop between the phases). */
-export async function completeTaskCreationPhaseA(db: Db, auth: OperationAuthority): Promise<CompleteResult | 'completing'> {
+export async function completeTaskCreationPhaseA(
+  db: Db,
+  auth: OperationAuthority,
+): Promise<CompleteResult | 'completing'> {
   return runTransaction(db, 'CompleteTaskCreation.A', async (tx) => {
     const v = await lockAndVerifyLocked(tx, auth, 'A');
     if ('outcome' in v) return v;
@@ -116,9 +128,10 @@ export async function completeTaskCreationPhaseA(db: Db, auth: OperationAuthorit
       `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
       [v.op.id],
     );
-    await tx.exec(`UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`, [
-      v.task.id,
-    ]);
+    await tx.exec(
+      `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
+      [v.task.id],
+    );
     return 'completing';
   });
 }

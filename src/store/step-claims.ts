@@ -38,22 +38,33 @@ export async function claimTaskCreationStep(
   return runTransaction(db, 'ClaimTaskCreationStep', async (tx) => {
     const { op, plan } = await guardOperationLocked(tx, auth);
     if (op.state !== 'preparing') {
-      throw new ConflictError('creation_state_conflict', `operation is ${op.state}; steps can only be claimed while preparing`, {
-        operation_id: op.id,
-        state: op.state,
-      });
+      throw new ConflictError(
+        'creation_state_conflict',
+        `operation is ${op.state}; steps can only be claimed while preparing`,
+        {
+          operation_id: op.id,
+          state: op.state,
+        },
+      );
     }
     const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false });
-    if (!task) throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', { operation_id: op.id });
+    if (!task)
+      throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', {
+        operation_id: op.id,
+      });
     const steps = await lockStepsLocked(tx, op.id);
     verifyStepSet(steps, plan);
     const step = findStep(steps, ref);
     const request = verifyStepRequest(step, plan);
     if (step.state !== 'planned' && step.state !== 'retry_wait') {
-      throw new ConflictError('creation_state_conflict', `step is ${step.state}; only planned or retry_wait steps can be claimed`, {
-        step_id: step.id,
-        state: step.state,
-      });
+      throw new ConflictError(
+        'creation_state_conflict',
+        `step is ${step.state}; only planned or retry_wait steps can be claimed`,
+        {
+          step_id: step.id,
+          state: step.state,
+        },
+      );
     }
     if (steps.some((s) => s.state === 'failed' || COMPENSATION_PENDING.has(s.compensation_state))) {
       throw new ConflictError('creation_state_conflict', 'operation is winding down (a step failed permanently)', {
@@ -61,9 +72,13 @@ export async function claimTaskCreationStep(
       });
     }
     if (step.kind === 'launch_intent' && !nonLaunchStepsReady(steps)) {
-      throw new ConflictError('creation_state_conflict', 'launch intent can be claimed only after every other step succeeded', {
-        operation_id: op.id,
-      });
+      throw new ConflictError(
+        'creation_state_conflict',
+        'launch intent can be claimed only after every other step succeeded',
+        {
+          operation_id: op.id,
+        },
+      );
     }
     const changed = await tx.exec(
       `UPDATE task_creation_steps
@@ -73,9 +88,10 @@ export async function claimTaskCreationStep(
       [owner, leaseMs, step.id, step.generation, step.state],
     );
     if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
-    const lease = await tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [
-      step.id,
-    ]);
+    const lease = await tx.one<{ lease_expires_at: Date }>(
+      'SELECT lease_expires_at FROM task_creation_steps WHERE id = ?',
+      [step.id],
+    );
     return {
       operationId: op.id,
       stepId: step.id,
@@ -96,7 +112,11 @@ export async function claimTaskCreationStep(
  * A stale, foreign or already-expired claim changes nothing and gets
  * `stale_claim` (an expired lease is the reaper's to turn `unknown`).
  */
-export async function renewTaskCreationStepLease(db: Db, claim: StepClaim, leaseMs: number = DEFAULT_LEASE_MS): Promise<Date> {
+export async function renewTaskCreationStepLease(
+  db: Db,
+  claim: StepClaim,
+  leaseMs: number = DEFAULT_LEASE_MS,
+): Promise<Date> {
   return runTransaction(db, 'RenewTaskCreationStepLease', async (tx) => {
     tx.lockRow(TIER.STEP, 'task_creation_steps', claim.stepId);
     const changed = await tx.exec(
@@ -104,10 +124,12 @@ export async function renewTaskCreationStepLease(db: Db, claim: StepClaim, lease
         WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
       [leaseMs, claim.stepId, claim.generation, claim.owner],
     );
-    if (changed !== 1) throw new ConflictError('stale_claim', 'lease is no longer held by this claim', { step_id: claim.stepId });
-    const row = await tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [
-      claim.stepId,
-    ]);
+    if (changed !== 1)
+      throw new ConflictError('stale_claim', 'lease is no longer held by this claim', { step_id: claim.stepId });
+    const row = await tx.one<{ lease_expires_at: Date }>(
+      'SELECT lease_expires_at FROM task_creation_steps WHERE id = ?',
+      [claim.stepId],
+    );
     return new Date(row!.lease_expires_at);
   });
 }

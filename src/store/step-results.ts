@@ -55,7 +55,11 @@ interface ClaimContext {
 }
 
 async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<ClaimContext> {
-  const guarded = await guardOperationLocked(tx, { kind: 'operation', operationId: claim.operationId, actor: claim.owner });
+  const guarded = await guardOperationLocked(tx, {
+    kind: 'operation',
+    operationId: claim.operationId,
+    actor: claim.owner,
+  });
   if (guarded.op.state !== 'preparing') {
     throw new ConflictError('stale_claim', `operation is ${guarded.op.state}; this claim can no longer record`, {
       operation_id: claim.operationId,
@@ -66,13 +70,21 @@ async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<ClaimContext
   const step = findStepById(steps, claim.stepId);
   verifyStepRequest(step, guarded.plan);
   if (step.request_sha256 !== claim.requestSha256) {
-    throw new ConflictError('evidence_mismatch', 'claim request hash differs from the stored request', { step_id: step.id });
+    throw new ConflictError('evidence_mismatch', 'claim request hash differs from the stored request', {
+      step_id: step.id,
+    });
   }
   return { guarded, steps, step };
 }
 
 /** The compare-and-set every claimed result goes through. */
-async function casFromRunning(tx: Tx, claim: StepClaim, to: StepState, sets: string, params: SqlParam[]): Promise<void> {
+async function casFromRunning(
+  tx: Tx,
+  claim: StepClaim,
+  to: StepState,
+  sets: string,
+  params: SqlParam[],
+): Promise<void> {
   const changed = await tx.exec(
     `UPDATE task_creation_steps SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
       WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
@@ -92,18 +104,23 @@ export async function completeTaskCreationStep(db: Db, claim: StepClaim, input: 
     throw new ValidationError('/effect', 'success evidence must prove the effect present_exact', 'invalid_document');
   }
   if (claim.kind === 'launch_intent') {
-    throw new ConflictError('creation_state_conflict', 'a launch intent is armed with ArmLaunchIntent, not completed', {});
+    throw new ConflictError(
+      'creation_state_conflict',
+      'a launch intent is armed with ArmLaunchIntent, not completed',
+      {},
+    );
   }
   const bytes = canonicalJson(evidence);
   const sha = evidenceHash(evidence);
   await runTransaction(db, 'CompleteTaskCreationStep', async (tx) => {
     const { steps, step } = await lockClaimedLocked(tx, claim);
-    await casFromRunning(tx, claim, 'succeeded', ', evidence_json = ?, evidence_sha256 = ?, provider_handle = ?, ownership_marker = ?, error_code = NULL, error_json = NULL', [
-      bytes,
-      sha,
-      input.providerHandle ?? null,
-      input.ownershipMarker ?? null,
-    ]);
+    await casFromRunning(
+      tx,
+      claim,
+      'succeeded',
+      ', evidence_json = ?, evidence_sha256 = ?, provider_handle = ?, ownership_marker = ?, error_code = NULL, error_json = NULL',
+      [bytes, sha, input.providerHandle ?? null, input.ownershipMarker ?? null],
+    );
     // A success that lands after another step failed permanently must be undone.
     if (steps.some((s) => s.state === 'failed')) {
       await requireCompensationLocked(tx, [{ ...step, state: 'succeeded', compensation_state: 'none' }]);
@@ -114,7 +131,11 @@ export async function completeTaskCreationStep(db: Db, claim: StepClaim, input: 
 export async function failTaskCreationStep(db: Db, claim: StepClaim, failure: StepFailure): Promise<StepState> {
   const valid = validateStepFailure(failure, expectation(claim));
   if (valid.class === 'transient' && valid.evidence?.effect !== 'absent_proven') {
-    throw new ValidationError('/evidence', 'a transient failure needs absent_proven evidence; report an ambiguous failure otherwise', 'invalid_document');
+    throw new ValidationError(
+      '/evidence',
+      'a transient failure needs absent_proven evidence; report an ambiguous failure otherwise',
+      'invalid_document',
+    );
   }
   const to: StepState = valid.class === 'permanent' ? 'failed' : valid.class === 'transient' ? 'retry_wait' : 'unknown';
   const evidenceBytes = valid.evidence ? canonicalJson(valid.evidence) : null;
@@ -127,7 +148,13 @@ export async function failTaskCreationStep(db: Db, claim: StepClaim, failure: St
       claim,
       to,
       `, evidence_json = ?, evidence_sha256 = ?, error_code = ?, error_json = ?, next_attempt_at = ${to === 'retry_wait' ? tx.nowPlusMs : 'NULL'}`,
-      [evidenceBytes, evidenceSha, valid.code.slice(0, 64), errorJson, ...(to === 'retry_wait' ? [retryDelayMs(step.attempt)] : [])],
+      [
+        evidenceBytes,
+        evidenceSha,
+        valid.code.slice(0, 64),
+        errorJson,
+        ...(to === 'retry_wait' ? [retryDelayMs(step.attempt)] : []),
+      ],
     );
     if (to === 'failed') await requireCompensationLocked(tx, steps);
   });
@@ -140,14 +167,23 @@ export async function armLaunchIntent(db: Db, claim: StepClaim, evidenceInput: S
     throw new ConflictError('creation_state_conflict', 'only a launch intent can be armed', { kind: claim.kind });
   }
   if (evidence.effect !== 'present_exact') {
-    throw new ValidationError('/effect', 'arming evidence must prove the exact intent present_exact', 'invalid_document');
+    throw new ValidationError(
+      '/effect',
+      'arming evidence must prove the exact intent present_exact',
+      'invalid_document',
+    );
   }
   await runTransaction(db, 'ArmLaunchIntent', async (tx) => {
     const { steps } = await lockClaimedLocked(tx, claim);
     if (!nonLaunchStepsReady(steps)) {
-      throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', { operation_id: claim.operationId });
+      throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', {
+        operation_id: claim.operationId,
+      });
     }
-    await casFromRunning(tx, claim, 'armed', ', evidence_json = ?, evidence_sha256 = ?', [canonicalJson(evidence), evidenceHash(evidence)]);
+    await casFromRunning(tx, claim, 'armed', ', evidence_json = ?, evidence_sha256 = ?', [
+      canonicalJson(evidence),
+      evidenceHash(evidence),
+    ]);
   });
 }
 
@@ -162,28 +198,47 @@ export interface ResolveProof {
  * from proof. Same locks as the claim path; bumps the generation so any
  * worker still holding an older claim is fenced off.
  */
-export async function resolveTaskCreationStep(db: Db, auth: OperationAuthority, ref: StepRef, proof: ResolveProof): Promise<StepState> {
+export async function resolveTaskCreationStep(
+  db: Db,
+  auth: OperationAuthority,
+  ref: StepRef,
+  proof: ResolveProof,
+): Promise<StepState> {
   return runTransaction(db, 'ResolveTaskCreationStep', async (tx) => {
     const guarded = await guardOperationLocked(tx, auth);
     if (guarded.op.state !== 'preparing') {
-      throw new ConflictError('creation_state_conflict', `operation is ${guarded.op.state}`, { operation_id: guarded.op.id });
+      throw new ConflictError('creation_state_conflict', `operation is ${guarded.op.state}`, {
+        operation_id: guarded.op.id,
+      });
     }
     await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false });
     const steps = await lockStepsLocked(tx, guarded.op.id);
     const step = findStep(steps, ref);
     verifyStepRequest(step, guarded.plan);
-    const evidence = validateStepEvidence(proof.evidence, { kind: step.kind, step_key: step.step_key, request_sha256: step.request_sha256 });
+    const evidence = validateStepEvidence(proof.evidence, {
+      kind: step.kind,
+      step_key: step.step_key,
+      request_sha256: step.request_sha256,
+    });
     if (step.state !== 'unknown') {
-      throw new ConflictError('creation_state_conflict', `step is ${step.state}; only unknown steps are resolved`, { step_id: step.id });
+      throw new ConflictError('creation_state_conflict', `step is ${step.state}; only unknown steps are resolved`, {
+        step_id: step.id,
+      });
     }
     const wanted = proof.resolution === 'succeeded' ? 'present_exact' : 'absent_proven';
     if (evidence.effect !== wanted) {
-      throw new ValidationError('/evidence/effect', `resolution ${proof.resolution} needs ${wanted} evidence`, 'invalid_document');
+      throw new ValidationError(
+        '/evidence/effect',
+        `resolution ${proof.resolution} needs ${wanted} evidence`,
+        'invalid_document',
+      );
     }
     const to: StepState =
       proof.resolution === 'succeeded' ? (step.kind === 'launch_intent' ? 'armed' : 'succeeded') : proof.resolution;
     if (to === 'armed' && !nonLaunchStepsReady(steps)) {
-      throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', { operation_id: guarded.op.id });
+      throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', {
+        operation_id: guarded.op.id,
+      });
     }
     const changed = await tx.exec(
       `UPDATE task_creation_steps SET state = ?, generation = generation + 1, lease_owner = NULL, lease_expires_at = NULL,
@@ -191,7 +246,8 @@ export async function resolveTaskCreationStep(db: Db, auth: OperationAuthority, 
         WHERE id = ? AND state = 'unknown' AND generation = ?`,
       [to, canonicalJson(evidence), evidenceHash(evidence), step.id, step.generation],
     );
-    if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being resolved', { step_id: step.id });
+    if (changed !== 1)
+      throw new ConflictError('stale_claim', 'step changed while being resolved', { step_id: step.id });
     if (to === 'failed') await requireCompensationLocked(tx, steps);
     if (to === 'succeeded' && steps.some((s) => s.state === 'failed')) {
       await requireCompensationLocked(tx, [{ ...step, state: 'succeeded', compensation_state: 'none' }]);

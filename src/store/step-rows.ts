@@ -56,7 +56,8 @@ export function findStep(steps: StepRow[], ref: StepRef): StepRow {
 
 export function findStepById(steps: StepRow[], stepId: string): StepRow {
   const step = steps.find((s) => s.id === stepId);
-  if (!step) throw new TaskLedgerError('not_found', `step ${stepId} is not part of this operation`, { step_id: stepId });
+  if (!step)
+    throw new TaskLedgerError('not_found', `step ${stepId} is not part of this operation`, { step_id: stepId });
   return step;
 }
 

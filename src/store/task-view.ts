@@ -30,7 +30,11 @@ export async function findByExternalId(db: Db, workspaceId: string, externalId: 
   return rows[0] ? toTaskView(rows[0]) : null;
 }
 
-export async function findByExternalIdLocked(tx: Tx, workspaceId: string, externalId: string): Promise<TaskView | null> {
+export async function findByExternalIdLocked(
+  tx: Tx,
+  workspaceId: string,
+  externalId: string,
+): Promise<TaskView | null> {
   const row = await tx.one<TaskViewRow>(
     `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE workspace_id = ? AND external_id = ?`,
     [workspaceId, externalId],

@@ -39,8 +39,7 @@ export interface CreationHandle {
  * stored manifest and actor hashes instead of a completion token).
  */
 export type OperationAuthority =
-  | { kind: 'handle'; handle: CreationHandle }
-  | { kind: 'operation'; operationId: string; actor: string };
+  { kind: 'handle'; handle: CreationHandle } | { kind: 'operation'; operationId: string; actor: string };
 
 export interface StepClaim {
   readonly operationId: string;

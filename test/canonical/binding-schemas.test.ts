@@ -28,12 +28,20 @@ describe('CreationPlan schema', () => {
   it('rejects an extra field at every level', () => {
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.extra = 1))), '/extra', 'unknown field "extra"');
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[0].note = 'x'))), '/steps/0/note', 'unknown field "note"');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[2].request.extra = true))), '/steps/2/request/extra', /unknown field/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[2].request.extra = true))),
+      '/steps/2/request/extra',
+      /unknown field/,
+    );
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.database_rows[0].n = 1))), '/database_rows/0/n', /unknown field/);
   });
 
   it('rejects a missing field, including an omitted null optional', () => {
-    expectInvalid(() => v(mutate(F.plan(), (p) => delete p.deferred_launch)), '/deferred_launch', /missing required field/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => delete p.deferred_launch)),
+      '/deferred_launch',
+      /missing required field/,
+    );
     expectInvalid(() => v(mutate(F.plan(), (p) => delete p.steps[1].step_key)), '/steps/1/step_key', /missing/);
   });
 
@@ -42,20 +50,40 @@ describe('CreationPlan schema', () => {
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.version = '1'))), '/version', 'must be an integer');
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps = {}))), '/steps', 'must be an array');
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.workflow_id = 7))), '/workflow_id', 'must be a string or null');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.start_policy = 'later'))), '/start_policy', /must be one of "none"/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.start_policy = 'later'))),
+      '/start_policy',
+      /must be one of "none"/,
+    );
   });
 
   it('rejects an uppercase UUID and a bad hash', () => {
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.task_id = UPPER_UUID))), '/task_id', 'must be a lowercase RFC 4122 UUID');
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.task_id = UPPER_UUID))),
+      '/task_id',
+      'must be a lowercase RFC 4122 UUID',
+    );
     expectInvalid(() => v(mutate(F.plan(), (p) => (p.parent_id = UPPER_UUID))), '/parent_id', /lowercase/);
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.request_sha256 = F.h('F')))), '/request_sha256', /64 lowercase hex/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.request_sha256 = F.h('F')))),
+      '/request_sha256',
+      /64 lowercase hex/,
+    );
   });
 
   it('rejects unsorted and duplicate database_rows', () => {
-    expectInvalid(() => v(mutate(F.plan(), (p) => p.database_rows.reverse())), '/database_rows/1', /sorted by \(table, key\)/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => p.database_rows.reverse())),
+      '/database_rows/1',
+      /sorted by \(table, key\)/,
+    );
     const dup = mutate(F.plan(), (p) => (p.database_rows[1] = { ...p.database_rows[0], row_sha256: F.h('0') }));
     expectInvalid(() => v(dup), '/database_rows/1', /duplicate/);
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.database_rows[0].table = 'Tasks'))), '/database_rows/0/table', /snake_case/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.database_rows[0].table = 'Tasks'))),
+      '/database_rows/0/table',
+      /snake_case/,
+    );
   });
 
   it('rejects unsorted steps and duplicate (kind, step_key)', () => {
@@ -67,7 +95,11 @@ describe('CreationPlan schema', () => {
   it('rejects a step whose request does not match its kind, or an unknown kind', () => {
     const swapped = mutate(F.plan(), (p) => (p.steps[at(p, 'launch_intent')].request = F.request('session_prepare')));
     expectInvalid(() => v(swapped), '/steps/2/request/task_environment_id', 'unknown field "task_environment_id"');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[0].kind = 'provider_pr_association'))), '/steps/0/kind', /must be one of/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[0].kind = 'provider_pr_association'))),
+      '/steps/0/kind',
+      /must be one of/,
+    );
   });
 
   it('checks list order inside step requests', () => {
@@ -77,20 +109,40 @@ describe('CreationPlan schema', () => {
   });
 
   it('requires every request to name the plan task, workspace and parent', () => {
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[0].request.task_id = F.ID.blockerA))), '/steps/0/request/task_id', /plan's task_id/);
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[1].request.workspace_id = F.ID.group))), '/steps/1/request/workspace_id', /workspace_id/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[0].request.task_id = F.ID.blockerA))),
+      '/steps/0/request/task_id',
+      /plan's task_id/,
+    );
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[1].request.workspace_id = F.ID.group))),
+      '/steps/1/request/workspace_id',
+      /workspace_id/,
+    );
     const i = at(F.plan(), 'workspace_attachment');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[i].request.parent_id = F.ID.blockerA))), `/steps/${i}/request/parent_id`, /parent_id/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[i].request.parent_id = F.ID.blockerA))),
+      `/steps/${i}/request/parent_id`,
+      /parent_id/,
+    );
   });
 
   it('requires canonical step keys', () => {
     const fb = at(F.plan(), 'fresh_branch_prepare');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[fb].step_key = F.ID.repoA))), `/steps/${fb}/step_key`, /canonical fresh_branch_prepare key/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[fb].step_key = F.ID.repoA))),
+      `/steps/${fb}/step_key`,
+      /canonical fresh_branch_prepare key/,
+    );
     const rc = at(F.plan(), 'remote_contribution_associate');
     const badRemote = mutate(F.plan(), (p) => (p.steps[rc].step_key = `github:${F.ID.connection}:pull_request:43`));
     expectInvalid(() => v(badRemote), `/steps/${rc}/step_key`, /github:dddddddd/);
     const wa = at(F.plan(), 'workspace_attachment');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[wa].step_key = 'policy'))), `/steps/${wa}/step_key`, /SHA-256/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[wa].step_key = 'policy'))),
+      `/steps/${wa}/step_key`,
+      /SHA-256/,
+    );
   });
 
   it('enforces closed cardinality by start policy', () => {
@@ -110,7 +162,11 @@ describe('CreationPlan schema', () => {
       };
     });
     expect(v(deferred).start_policy).toBe('deferred');
-    expectInvalid(() => v(mutate(deferred, (p) => (p.deferred_launch.extra = 1))), '/deferred_launch/extra', /unknown field/);
+    expectInvalid(
+      () => v(mutate(deferred, (p) => (p.deferred_launch.extra = 1))),
+      '/deferred_launch/extra',
+      /unknown field/,
+    );
     expectInvalid(() => v(mutate(deferred, (p) => (p.start_policy = 'none'))), '/deferred_launch', /must be null/);
   });
 
@@ -125,7 +181,11 @@ describe('CreationPlan schema', () => {
 
   it('requires session_prepare and launch_intent to describe the same launch', () => {
     const i = at(F.plan(), 'launch_intent');
-    expectInvalid(() => v(mutate(F.plan(), (p) => (p.steps[i].request.launch_config_sha256 = F.h('0')))), `/steps/${i}/request/launch_config_sha256`, /session_prepare/);
+    expectInvalid(
+      () => v(mutate(F.plan(), (p) => (p.steps[i].request.launch_config_sha256 = F.h('0')))),
+      `/steps/${i}/request/launch_config_sha256`,
+      /session_prepare/,
+    );
   });
 
   it('rejects two steps claiming one effect authority', () => {
@@ -137,8 +197,15 @@ describe('CreationPlan schema', () => {
       p.steps.splice(2, 0, fb);
     });
     expectInvalid(() => v(second), '/steps/2/request/repository_id', /already prepared/);
-    const clash = mutate(F.plan(), (p) => (p.steps[at(p, 'session_prepare')].request.resource_keys = [`worktree:${F.ID.envRepo}`]));
-    expectInvalid(() => v(clash), `/steps/${at(F.plan(), 'session_prepare')}/request/resource_keys/0`, /already claimed/);
+    const clash = mutate(
+      F.plan(),
+      (p) => (p.steps[at(p, 'session_prepare')].request.resource_keys = [`worktree:${F.ID.envRepo}`]),
+    );
+    expectInvalid(
+      () => v(clash),
+      `/steps/${at(F.plan(), 'session_prepare')}/request/resource_keys/0`,
+      /already claimed/,
+    );
   });
 });
 
@@ -146,15 +213,28 @@ describe('ActorBindingDocument schema', () => {
   const v = validateActorBinding;
 
   it.each(ACTOR_VARIANT_NAMES)('accepts variant %s with its registry pair', (variant) => {
-    const doc = { ...F.actor(), variant, ...ACTOR_VARIANTS[variant], lease_generation: variant === 'operation_recovery' ? 4 : null };
+    const doc = {
+      ...F.actor(),
+      variant,
+      ...ACTOR_VARIANTS[variant],
+      lease_generation: variant === 'operation_recovery' ? 4 : null,
+    };
     expect(v(doc)).toBe(doc);
   });
 
   it.each(ACTOR_VARIANT_NAMES)('rejects variant %s with another variant’s auth_mode or authority_kind', (variant) => {
     const other = ACTOR_VARIANT_NAMES.find((n) => n !== variant) as (typeof ACTOR_VARIANT_NAMES)[number];
     const doc = { ...F.actor(), variant, ...ACTOR_VARIANTS[variant] };
-    expectInvalid(() => v({ ...doc, auth_mode: ACTOR_VARIANTS[other].auth_mode }), '/auth_mode', `must be "${ACTOR_VARIANTS[variant].auth_mode}"`);
-    expectInvalid(() => v({ ...doc, authority_kind: ACTOR_VARIANTS[other].authority_kind }), '/authority_kind', /must be/);
+    expectInvalid(
+      () => v({ ...doc, auth_mode: ACTOR_VARIANTS[other].auth_mode }),
+      '/auth_mode',
+      `must be "${ACTOR_VARIANTS[variant].auth_mode}"`,
+    );
+    expectInvalid(
+      () => v({ ...doc, authority_kind: ACTOR_VARIANTS[other].authority_kind }),
+      '/authority_kind',
+      /must be/,
+    );
   });
 
   it('rejects an unknown or non-string variant', () => {
@@ -164,7 +244,11 @@ describe('ActorBindingDocument schema', () => {
 
   it('rejects an extra field, a missing field and a wrong type', () => {
     expectInvalid(() => v({ ...F.actor(), scopes: [] }), '/scopes', 'unknown field "scopes"');
-    expectInvalid(() => v(mutate(F.actor(), (d) => delete d.lease_generation)), '/lease_generation', /missing required field/);
+    expectInvalid(
+      () => v(mutate(F.actor(), (d) => delete d.lease_generation)),
+      '/lease_generation',
+      /missing required field/,
+    );
     expectInvalid(() => v({ ...F.actor(), authority_revision: '3' }), '/authority_revision', 'must be an integer');
   });
 

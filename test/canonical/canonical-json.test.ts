@@ -15,7 +15,15 @@ describe('canonicalJson (RFC 8785)', () => {
   });
 
   it('sorts keys by UTF-16 code units (RFC 8785 §3.2.3), not by code points', () => {
-    const doc = { '\u20ac': 'Euro', '\r': 'CR', '\ufb33': 'Hebrew', '1': 'One', '\ud83d\ude00': 'Smiley', '\u0080': 'Ctl', '\u00f6': 'Latin' };
+    const doc = {
+      '\u20ac': 'Euro',
+      '\r': 'CR',
+      '\ufb33': 'Hebrew',
+      '1': 'One',
+      '\ud83d\ude00': 'Smiley',
+      '\u0080': 'Ctl',
+      '\u00f6': 'Latin',
+    };
     // U+1F600 (surrogates D83D DE00) sorts before U+FB33 in UTF-16 order.
     expect(canonicalJson(doc)).toBe(
       '{"\\r":"CR","1":"One","\u0080":"Ctl","\u00f6":"Latin","\u20ac":"Euro","\ud83d\ude00":"Smiley","\ufb33":"Hebrew"}',
@@ -30,7 +38,9 @@ describe('canonicalJson (RFC 8785)', () => {
   });
 
   it('escapes only what JSON requires and keeps other unicode literal', () => {
-    expect(canonicalJson({ s: '\u0000\u001f\u007f\u2028é😀"\\/' })).toBe('{"s":"\\u0000\\u001f\u007f\u2028é😀\\"\\\\/"}');
+    expect(canonicalJson({ s: '\u0000\u001f\u007f\u2028é😀"\\/' })).toBe(
+      '{"s":"\\u0000\\u001f\u007f\u2028é😀\\"\\\\/"}',
+    );
   });
 
   it('returns UTF-8 bytes', () => {
@@ -51,7 +61,16 @@ describe('canonicalJson (RFC 8785)', () => {
     ['Date', { at: new Date(0) }, '/at'],
     ['Buffer', { b: Buffer.from('x') }, '/b'],
     ['Map', { m: new Map() }, '/m'],
-    ['class instance', { c: new (class Point { x = 1 })() }, '/c'],
+    [
+      'class instance',
+      {
+        c: new (class Point {
+          x = 1;
+        })(),
+      },
+      '/c',
+    ],
+    // eslint-disable-next-line no-sparse-arrays -- the hole is the case under test
     ['sparse array', { a: [1, , 3] }, '/a/1'],
     ['lone surrogate', { s: 'a\ud800' }, '/s'],
     ['key with slash is escaped in the pointer', { 'a/b~': undefined }, '/a~1b~0'],

@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { completionTokenMatches, completionTokenSha256, newCompletionToken } from '../../src/canonical/completion-token';
+import {
+  completionTokenMatches,
+  completionTokenSha256,
+  newCompletionToken,
+} from '../../src/canonical/completion-token';
 import { expectInvalid } from './expect-invalid';
 
 describe('completion tokens', () => {

@@ -200,7 +200,12 @@ const OBSERVATIONS: Record<StepKind, Record<string, unknown>> = {
     head_commit: COMMIT,
     base_commit: COMMIT,
     registered: true,
-    marker: { operation_id: ID.operation, step_id: ID.stepId, resource_key: `worktree:${ID.envRepo}`, marker_sha256: h('9') },
+    marker: {
+      operation_id: ID.operation,
+      step_id: ID.stepId,
+      resource_key: `worktree:${ID.envRepo}`,
+      marker_sha256: h('9'),
+    },
     environment_repo_row_sha256: h('a'),
   },
   remote_contribution_associate: {

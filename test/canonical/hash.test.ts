@@ -90,7 +90,9 @@ describe('document hashes', () => {
       '{"agent_profile_id":"ffffffff-ffff-4fff-bfff-ffffffffffff","executor_id":"local","executor_profile_id":"default",' +
       `"launch_config_sha256":"${'4'.repeat(64)}","session_id":"eeeeeeee-eeee-4eee-8eee-eeeeeeeeeeee",` +
       '"task_id":"11111111-1111-4111-8111-111111111111","workspace_id":"22222222-2222-4222-8222-222222222222"}';
-    expect(stepRequestHash(F.request('launch_intent'))).toBe(sha256Hex(ascii(STEP_REQUEST_DOMAIN), NUL, utf8(canonical)));
+    expect(stepRequestHash(F.request('launch_intent'))).toBe(
+      sha256Hex(ascii(STEP_REQUEST_DOMAIN), NUL, utf8(canonical)),
+    );
   });
 
   it('hash a non-ASCII row document over its UTF-8 bytes', () => {
@@ -165,7 +167,9 @@ describe('idempotencyKey', () => {
   });
 
   it('is unambiguous about part boundaries and rejects NUL inside a part', () => {
-    expect(idempotencyKey('ab', 'launch_intent', 'c', F.h('1'))).not.toBe(idempotencyKey('a', 'launch_intent', 'bc', F.h('1')));
+    expect(idempotencyKey('ab', 'launch_intent', 'c', F.h('1'))).not.toBe(
+      idempotencyKey('a', 'launch_intent', 'bc', F.h('1')),
+    );
     expectInvalid(() => idempotencyKey('a\u0000', 'launch_intent', 'c', F.h('1')), 'idempotency_key/0');
   });
 });
@@ -180,7 +184,9 @@ describe('lock keys', () => {
     expect(ext.toString('hex')).toBe(
       sha256Hex(ascii('task-external-id/v1'), NUL, utf8(F.ID.workspace), NUL, utf8('JIRA-1 ü')),
     );
-    expect(lockKeyDigest('task-id/v1', [F.ID.task]).equals(lockKeyDigest('workspace-identity/v1', [F.ID.task]))).toBe(false);
+    expect(lockKeyDigest('task-id/v1', [F.ID.task]).equals(lockKeyDigest('workspace-identity/v1', [F.ID.task]))).toBe(
+      false,
+    );
   });
 
   it('rejects unknown domains, no parts, and NUL in a part', () => {

@@ -25,7 +25,11 @@ describe('canonical list order', () => {
     expect(sorted.map((r) => `${r.table}:${r.key}`)).toEqual(['task_identities:z', 'tasks:a', 'tasks:b']);
     expect(rows[0]?.key).toBe('b');
     expect(() => assertSortedUnique(sorted, (r) => [r.table, r.key], '/rows', '(table, key)')).not.toThrow();
-    expectInvalid(() => assertSortedUnique(rows, (r) => [r.table, r.key], '/rows', '(table, key)'), '/rows/1', /sorted/);
+    expectInvalid(
+      () => assertSortedUnique(rows, (r) => [r.table, r.key], '/rows', '(table, key)'),
+      '/rows/1',
+      /sorted/,
+    );
     expectInvalid(() => assertSortedUnique(['a', 'a'], (s) => [s], '/ids', 'ID'), '/ids/1', /duplicate entry/);
   });
 });

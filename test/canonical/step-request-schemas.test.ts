@@ -34,7 +34,11 @@ describe('step request schemas: rules shared by every kind', () => {
   });
 
   it.each(STEP_KINDS)('%s: rejects a UUID that is not RFC 4122 (version 0, NCS variant)', (kind) => {
-    for (const bad of ['11111111-1111-0111-8111-111111111111', '11111111-1111-4111-7111-111111111111', '1111111111114111811111111111111']) {
+    for (const bad of [
+      '11111111-1111-0111-8111-111111111111',
+      '11111111-1111-4111-7111-111111111111',
+      '1111111111114111811111111111111',
+    ]) {
       const req = mutate(F.request(kind), (r) => (r.task_id = bad));
       expectInvalid(() => validateStepRequest(kind, req), '/task_id', /RFC 4122/);
     }
@@ -51,8 +55,16 @@ describe('step request schemas: rules shared by every kind', () => {
   });
 
   it('rejects a request of another kind (wrong kind/request pair)', () => {
-    expectInvalid(() => validateStepRequest('launch_intent', F.request('session_prepare')), '/task_environment_id', /unknown field/);
-    expectInvalid(() => validateStepRequest('session_prepare', F.request('launch_intent')), '/task_environment_id', /missing/);
+    expectInvalid(
+      () => validateStepRequest('launch_intent', F.request('session_prepare')),
+      '/task_environment_id',
+      /unknown field/,
+    );
+    expectInvalid(
+      () => validateStepRequest('session_prepare', F.request('launch_intent')),
+      '/task_environment_id',
+      /missing/,
+    );
   });
 });
 
@@ -61,7 +73,9 @@ describe('workspace_attachment request', () => {
 
   it('requires absent optionals as null, never omitted', () => {
     expectInvalid(() => v(mutate(F.request('workspace_attachment'), (r) => delete r.group_id)), '/group_id', /null/);
-    expect(v(mutate(F.request('workspace_attachment'), (r) => ((r.group_id = null), (r.member_ids = []))))).toBeTruthy();
+    expect(
+      v(mutate(F.request('workspace_attachment'), (r) => ((r.group_id = null), (r.member_ids = [])))),
+    ).toBeTruthy();
   });
 
   it.each(['member_ids', 'blocker_ids', 'repository_ids'])('rejects an unsorted %s', (prop) => {
@@ -75,14 +89,22 @@ describe('workspace_attachment request', () => {
   });
 
   it('rejects an unknown mode', () => {
-    expectInvalid(() => v(mutate(F.request('workspace_attachment'), (r) => (r.mode = 'shared'))), '/mode', /must be one of "inherit_parent"/);
+    expectInvalid(
+      () => v(mutate(F.request('workspace_attachment'), (r) => (r.mode = 'shared'))),
+      '/mode',
+      /must be one of "inherit_parent"/,
+    );
   });
 
   it('rejects inconsistent policy fields', () => {
     const base = F.request('workspace_attachment');
     expectInvalid(() => v(mutate(base, (r) => (r.group_id = null))), '/member_ids', /need a group_id/);
     expectInvalid(() => v(mutate(base, (r) => (r.environment_id = null))), '/repository_ids', /need an environment_id/);
-    expectInvalid(() => v(mutate(base, (r) => ((r.mode = 'inherit_parent'), (r.parent_id = null)))), '/parent_id', /inherit_parent/);
+    expectInvalid(
+      () => v(mutate(base, (r) => ((r.mode = 'inherit_parent'), (r.parent_id = null)))),
+      '/parent_id',
+      /inherit_parent/,
+    );
     expectInvalid(() => v(mutate(base, (r) => (r.parent_id = r.task_id))), '/parent_id', /own parent/);
     expectInvalid(() => v(mutate(base, (r) => (r.blocker_ids = [F.ID.task]))), '/blocker_ids/0', /block itself/);
   });
@@ -94,7 +116,11 @@ describe('attachment_claim request', () => {
 
   it('rejects attachments unsorted or duplicated by attachment_id', () => {
     expectInvalid(() => v(mutate(base, (r) => r.attachments.reverse())), '/attachments/1', /sorted by attachment_id/);
-    expectInvalid(() => v(mutate(base, (r) => (r.attachments[1].attachment_id = F.ID.attachmentA))), '/attachments/1', /duplicate/);
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.attachments[1].attachment_id = F.ID.attachmentA))),
+      '/attachments/1',
+      /duplicate/,
+    );
   });
 
   it('rejects an empty attachment set (one claim step per nonempty set)', () => {
@@ -102,13 +128,29 @@ describe('attachment_claim request', () => {
   });
 
   it('rejects a bad item: extra field, negative or fractional size, bad hash, missing owner', () => {
-    expectInvalid(() => v(mutate(base, (r) => (r.attachments[0].name = 'a.png'))), '/attachments/0/name', 'unknown field "name"');
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.attachments[0].name = 'a.png'))),
+      '/attachments/0/name',
+      'unknown field "name"',
+    );
     expectInvalid(() => v(mutate(base, (r) => (r.attachments[0].size = -1))), '/attachments/0/size', /must be >= 0/);
     expectInvalid(() => v(mutate(base, (r) => (r.attachments[0].size = 1.5))), '/attachments/0/size', /integer/);
     expectInvalid(() => v(mutate(base, (r) => (r.attachments[0].size = 2 ** 53))), '/attachments/0/size', /<=/);
-    expectInvalid(() => v(mutate(base, (r) => (r.attachments[1].content_sha256 = F.h('A')))), '/attachments/1/content_sha256', /64 lowercase hex/);
-    expectInvalid(() => v(mutate(base, (r) => delete r.attachments[0].staging_owner_id)), '/attachments/0/staging_owner_id', /missing/);
-    expectInvalid(() => v(mutate(base, (r) => (r.attachments[0].staging_owner_id = ''))), '/attachments/0/staging_owner_id', /empty/);
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.attachments[1].content_sha256 = F.h('A')))),
+      '/attachments/1/content_sha256',
+      /64 lowercase hex/,
+    );
+    expectInvalid(
+      () => v(mutate(base, (r) => delete r.attachments[0].staging_owner_id)),
+      '/attachments/0/staging_owner_id',
+      /missing/,
+    );
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.attachments[0].staging_owner_id = ''))),
+      '/attachments/0/staging_owner_id',
+      /empty/,
+    );
   });
 });
 
@@ -121,8 +163,29 @@ describe('fresh_branch_prepare request', () => {
   });
 
   it.each([
-    '', 'a..b', 'a.lock', 'a.lock/b', '-x', '.hidden', 'a/.b', 'a.', 'a b', '/a', 'a/', 'a//b',
-    'HEAD', 'a~1', 'a^', 'a:b', 'a?', 'a*', 'a[b', 'a\\b', 'a@{1}', 'ü', 'x'.repeat(256),
+    '',
+    'a..b',
+    'a.lock',
+    'a.lock/b',
+    '-x',
+    '.hidden',
+    'a/.b',
+    'a.',
+    'a b',
+    '/a',
+    'a/',
+    'a//b',
+    'HEAD',
+    'a~1',
+    'a^',
+    'a:b',
+    'a?',
+    'a*',
+    'a[b',
+    'a\\b',
+    'a@{1}',
+    'ü',
+    'x'.repeat(256),
   ])('rejects branch %j', (branch) => {
     expectInvalid(() => v(mutate(base, (r) => (r.branch = branch))), '/branch');
   });
@@ -145,14 +208,32 @@ describe('remote_contribution_associate request', () => {
   const base = F.request('remote_contribution_associate');
 
   it('pairs github with pull_request and gitlab with merge_request', () => {
-    expect(v(mutate(base, (r) => ((r.provider = 'gitlab'), (r.contribution_kind = 'merge_request')))).provider).toBe('gitlab');
-    expectInvalid(() => v(mutate(base, (r) => (r.contribution_kind = 'merge_request'))), '/contribution_kind', 'must be "pull_request"');
-    expectInvalid(() => v(mutate(base, (r) => (r.provider = 'gitlab'))), '/contribution_kind', 'must be "merge_request"');
+    expect(v(mutate(base, (r) => ((r.provider = 'gitlab'), (r.contribution_kind = 'merge_request')))).provider).toBe(
+      'gitlab',
+    );
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.contribution_kind = 'merge_request'))),
+      '/contribution_kind',
+      'must be "pull_request"',
+    );
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.provider = 'gitlab'))),
+      '/contribution_kind',
+      'must be "merge_request"',
+    );
   });
 
   it('rejects an unknown provider or contribution kind', () => {
-    expectInvalid(() => v(mutate(base, (r) => (r.provider = 'bitbucket'))), '/provider', /must be one of "github", "gitlab"/);
-    expectInvalid(() => v(mutate(base, (r) => (r.contribution_kind = 'patch'))), '/contribution_kind', /must be one of/);
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.provider = 'bitbucket'))),
+      '/provider',
+      /must be one of "github", "gitlab"/,
+    );
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.contribution_kind = 'patch'))),
+      '/contribution_kind',
+      /must be one of/,
+    );
   });
 
   it('rejects an empty contribution_id', () => {
@@ -175,6 +256,10 @@ describe('session_prepare and launch_intent requests', () => {
     const base = F.request('launch_intent');
     const v = (r: unknown) => validateStepRequest('launch_intent', r);
     expectInvalid(() => v(mutate(base, (r) => (r.launch_config_sha256 = 'abc'))), '/launch_config_sha256', /SHA-256/);
-    expectInvalid(() => v(mutate(base, (r) => (r.session_id = r.session_id.toUpperCase()))), '/session_id', /lowercase/);
+    expectInvalid(
+      () => v(mutate(base, (r) => (r.session_id = r.session_id.toUpperCase()))),
+      '/session_id',
+      /lowercase/,
+    );
   });
 });

@@ -36,11 +36,41 @@ describe('LockPlan', () => {
   });
 
   it.each([
-    ['a lower tier after a higher one', [[TIER.TASK, 't'], [TIER.OPERATION, 'o']]],
-    ['workspace after step', [[TIER.STEP, 's'], [TIER.WORKSPACE, 'w']]],
-    ['task rows before the external-ID key', [[TIER.TASK, 't'], [TIER.EXTERNAL_ID_KEY, 'k']]],
-    ['a smaller key after a larger one in a tier', [[TIER.WORKSPACE, 'workspaces:b'], [TIER.WORKSPACE, 'workspaces:a']]],
-    ['outbox then cleanup', [[TIER.OUTBOX, 'e'], [TIER.CLEANUP, 'c']]],
+    [
+      'a lower tier after a higher one',
+      [
+        [TIER.TASK, 't'],
+        [TIER.OPERATION, 'o'],
+      ],
+    ],
+    [
+      'workspace after step',
+      [
+        [TIER.STEP, 's'],
+        [TIER.WORKSPACE, 'w'],
+      ],
+    ],
+    [
+      'task rows before the external-ID key',
+      [
+        [TIER.TASK, 't'],
+        [TIER.EXTERNAL_ID_KEY, 'k'],
+      ],
+    ],
+    [
+      'a smaller key after a larger one in a tier',
+      [
+        [TIER.WORKSPACE, 'workspaces:b'],
+        [TIER.WORKSPACE, 'workspaces:a'],
+      ],
+    ],
+    [
+      'outbox then cleanup',
+      [
+        [TIER.OUTBOX, 'e'],
+        [TIER.CLEANUP, 'c'],
+      ],
+    ],
   ] as [string, [number, string][]][])('throws on %s', (_name, seq) => {
     const plan = new LockPlan();
     const [first, second] = seq;
@@ -114,6 +144,8 @@ describe('transactions', () => {
       );
     await Promise.all([run(a.workspaceId, b.workspaceId, 'x'), run(b.workspaceId, a.workspaceId, 'y')]);
     expect(retries).toBeGreaterThanOrEqual(1);
-    expect(await count(t.db, 'workspaces', "id IN (?, ?) AND name IN ('x', 'y')", [a.workspaceId, b.workspaceId])).toBe(2);
+    expect(await count(t.db, 'workspaces', "id IN (?, ?) AND name IN ('x', 'y')", [a.workspaceId, b.workspaceId])).toBe(
+      2,
+    );
   });
 });

@@ -26,17 +26,7 @@ import {
 } from '../../src/domain/vocab';
 
 export type LogicalType =
-  | 'uuid'
-  | 'hash'
-  | 'ts'
-  | 'doc'
-  | 'text'
-  | 'exact'
-  | 'bool'
-  | 'int'
-  | 'bigint'
-  | 'serial'
-  | { str: number };
+  'uuid' | 'hash' | 'ts' | 'doc' | 'text' | 'exact' | 'bool' | 'int' | 'bigint' | 'serial' | { str: number };
 
 export interface ExpectedColumn {
   name: string;
@@ -191,7 +181,11 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     {
       uniques: { uq_tasks_workspace_external_id: ['workspace_id', 'external_id'] },
       fks: { fk_tasks_workspace: { columns: ['workspace_id'], table: 'workspaces' } },
-      in: { creation_state: TASK_CREATION_STATES, lifecycle_state: TASK_LIFECYCLE_STATES, start_policy: START_POLICIES },
+      in: {
+        creation_state: TASK_CREATION_STATES,
+        lifecycle_state: TASK_LIFECYCLE_STATES,
+        start_policy: START_POLICIES,
+      },
     },
   ),
   t('task_identities', `task_id:uuid workspace_id:uuid operation_id:uuid state:str16 ${STAMPS}`, {
@@ -208,11 +202,9 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     `task_id:uuid repository_id:uuid workspace_id:uuid position:int base_branch:str255 fresh_branch:bool ${CREATED}`,
     { pk: ['task_id', 'repository_id'] },
   ),
-  t(
-    'task_blockers',
-    `task_id:uuid blocker_task_id:uuid workspace_id:uuid operation_id:uuid step_id:uuid ${CREATED}`,
-    { pk: ['task_id', 'blocker_task_id'] },
-  ),
+  t('task_blockers', `task_id:uuid blocker_task_id:uuid workspace_id:uuid operation_id:uuid step_id:uuid ${CREATED}`, {
+    pk: ['task_id', 'blocker_task_id'],
+  }),
   t(
     'workspace_group_members',
     `group_id:uuid task_id:uuid workspace_id:uuid role:str16 operation_id:uuid step_id:uuid ${CREATED}`,

@@ -106,7 +106,13 @@ export async function readKeys(ds: DataSource): Promise<Map<string, ActualKeys>>
       JOIN pg_class cl ON cl.oid = c.conrelid
       JOIN pg_namespace ns ON ns.oid = cl.relnamespace
       LEFT JOIN pg_class fcl ON fcl.oid = c.confrelid
-      WHERE ns.nspname = current_schema()`)) as { t: string; name: string; type: string; ref: string; cols: string[] }[];
+      WHERE ns.nspname = current_schema()`)) as {
+      t: string;
+      name: string;
+      type: string;
+      ref: string;
+      cols: string[];
+    }[];
     for (const c of cons) {
       const k = keysOf(map, c.t);
       if (c.type === 'p') k.pk = c.cols;
@@ -141,7 +147,12 @@ export async function readKeys(ds: DataSource): Promise<Map<string, ActualKeys>>
     const cols = (await ds.query(`
       SELECT table_name AS t, constraint_name AS name, column_name AS c, referenced_table_name AS ref
       FROM information_schema.key_column_usage WHERE constraint_schema = DATABASE()
-      ORDER BY table_name, constraint_name, ordinal_position`)) as { t: string; name: string; c: string; ref: string }[];
+      ORDER BY table_name, constraint_name, ordinal_position`)) as {
+      t: string;
+      name: string;
+      c: string;
+      ref: string;
+    }[];
     const colsOf = (t: string, name: string) => cols.filter((r) => r.t === t && r.name === name);
     for (const c of cons) {
       const k = keysOf(map, c.t);

@@ -8,7 +8,16 @@ import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXPECTED_TABLES } from './expected-schema';
-import { DIALECT, expectRejected, insertRow, insertValid, openDataSource, pkName, selectWhere, validRow } from './helpers';
+import {
+  DIALECT,
+  expectRejected,
+  insertRow,
+  insertValid,
+  openDataSource,
+  pkName,
+  selectWhere,
+  validRow,
+} from './helpers';
 
 let ds: DataSource;
 
@@ -54,7 +63,8 @@ describe(`uq_tasks_workspace_external_id is byte-exact (${DIALECT})`, () => {
     const w = await insertValid(ds, 'workspaces');
     return w.id as string;
   }
-  const task = (workspace_id: string, external_id: string | null) => insertValid(ds, 'tasks', { workspace_id, external_id });
+  const task = (workspace_id: string, external_id: string | null) =>
+    insertValid(ds, 'tasks', { workspace_id, external_id });
 
   it('rejects a duplicate in the same workspace and allows it in another', async () => {
     const ws = await workspace();

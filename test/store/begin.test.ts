@@ -35,11 +35,19 @@ describe('BeginTaskCreation outcomes', () => {
     expect(res.task.creation_complete).toBe(false);
     expect(res.task.external_id).toBe('ext-1');
     expect(res.task.workflow_step_id).toBe(ws.stepIds[0]);
-    const steps = await sql<{ kind: string; state: string }>(t.db, 'SELECT kind, state FROM task_creation_steps WHERE operation_id = ? ORDER BY kind', [res.operationId]);
+    const steps = await sql<{ kind: string; state: string }>(
+      t.db,
+      'SELECT kind, state FROM task_creation_steps WHERE operation_id = ? ORDER BY kind',
+      [res.operationId],
+    );
     expect(steps.map((s) => s.kind)).toEqual(['launch_intent', 'session_prepare']);
     expect(steps.every((s) => s.state === 'planned')).toBe(true);
     expect(await writes(t.db, ws.workspaceId)).toEqual([1, 1, 2, 1, 0]);
-    const op = await sql<{ completion_token_sha256: string; state: string }>(t.db, 'SELECT completion_token_sha256, state FROM task_creation_operations WHERE id = ?', [res.operationId]);
+    const op = await sql<{ completion_token_sha256: string; state: string }>(
+      t.db,
+      'SELECT completion_token_sha256, state FROM task_creation_operations WHERE id = ?',
+      [res.operationId],
+    );
     expect(op[0]!.state).toBe('preparing');
     // Only the token's SHA-256 is stored.
     expect(op[0]!.completion_token_sha256).toMatch(/^[0-9a-f]{64}$/);
@@ -80,7 +88,12 @@ describe('BeginTaskCreation outcomes', () => {
     const res = await beginTaskCreation(
       t.db,
       ws.member,
-      { workspace_id: ws.workspaceId, title: 'slow one', external_id: 'race-ext', repositories: [{ repository_id: ws.repositoryId }] },
+      {
+        workspace_id: ws.workspaceId,
+        title: 'slow one',
+        external_id: 'race-ext',
+        repositories: [{ repository_id: ws.repositoryId }],
+      },
       {
         dataDir: ws.dataDir,
         resolveCommit: async () => {
@@ -97,7 +110,14 @@ describe('BeginTaskCreation outcomes', () => {
   it('two concurrent Begins with one external ID create exactly one task and no orphan rows', async () => {
     const ws = await seedWorkspace(t.db);
     const results = await Promise.all(
-      Array.from({ length: 6 }, (_, i) => begin(t.db, ws, { external_id: 'concurrent', title: `attempt ${i}`, start_agent: true, agent_profile_id: ws.agentProfileId })),
+      Array.from({ length: 6 }, (_, i) =>
+        begin(t.db, ws, {
+          external_id: 'concurrent',
+          title: `attempt ${i}`,
+          start_agent: true,
+          agent_profile_id: ws.agentProfileId,
+        }),
+      ),
     );
     const created = results.filter((r) => r.outcome === 'Created');
     expect(created).toHaveLength(1);
@@ -126,7 +146,10 @@ describe('external-ID validation (companion notes order)', () => {
     ['DEL', 'x\u007f'],
   ])('rejects a control character (%s) with a typed error and no writes', async (_name, value) => {
     const ws = await seedWorkspace(t.db);
-    await expect(begin(t.db, ws, { external_id: value })).rejects.toMatchObject({ code: 'invalid_external_id', field: '/external_id' });
+    await expect(begin(t.db, ws, { external_id: value })).rejects.toMatchObject({
+      code: 'invalid_external_id',
+      field: '/external_id',
+    });
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
   });
 
@@ -148,8 +171,12 @@ describe('external-ID validation (companion notes order)', () => {
     const ok = await begin(t.db, ws, { external_id: 'é'.repeat(127) + 'a' });
     expect(ok.outcome).toBe('Created');
     expect(ok.task.external_id).toBe('é'.repeat(127) + 'a');
-    await expect(begin(t.db, ws, { external_id: 'é'.repeat(127) + 'aa' })).rejects.toMatchObject({ code: 'invalid_external_id' });
-    await expect(begin(t.db, ws, { external_id: 'x'.repeat(256) })).rejects.toMatchObject({ code: 'invalid_external_id' });
+    await expect(begin(t.db, ws, { external_id: 'é'.repeat(127) + 'aa' })).rejects.toMatchObject({
+      code: 'invalid_external_id',
+    });
+    await expect(begin(t.db, ws, { external_id: 'x'.repeat(256) })).rejects.toMatchObject({
+      code: 'invalid_external_id',
+    });
     expect((await begin(t.db, ws, { external_id: 'x'.repeat(255) })).outcome).toBe('Created');
   });
 
@@ -176,13 +203,20 @@ describe('authorization', () => {
       expect(err).toMatchObject({ code: 'not_authorized', message: 'task not created' });
     }
     await expectTyped(begin(t.db, { ...ws, workspaceId: randomUUID() }, {}, ws.operator), 'not_authorized');
-    await expectTyped(beginTaskCreation(t.db, ws.member, { workspace_id: 'not-a-uuid', title: 'x' }, { dataDir: ws.dataDir }), 'not_authorized');
+    await expectTyped(
+      beginTaskCreation(t.db, ws.member, { workspace_id: 'not-a-uuid', title: 'x' }, { dataDir: ws.dataDir }),
+      'not_authorized',
+    );
     expect(await writes(t.db, ws.workspaceId)).toEqual(before);
   });
 
   it('a revoked token cannot begin', async () => {
     const ws = await seedWorkspace(t.db);
-    await sql(t.db, `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`, [ws.member.authority_id]);
+    await sql(
+      t.db,
+      `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`,
+      [ws.member.authority_id],
+    );
     await expectTyped(begin(t.db, ws, {}), 'not_authorized');
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
   });
@@ -201,10 +235,26 @@ describe('bad input', () => {
     [{ blocked_by: [randomUUID()] }, '/blocked_by/0'],
     [{ parent_id: randomUUID() }, '/parent_id'],
     [{ workflow_step_id: randomUUID() }, '/workflow_step_id'],
-    [{ contributions: [{ provider: 'github', connection_id: randomUUID(), repository_id: randomUUID(), contribution_kind: 'merge_request', contribution_id: '1' }] }, '/contributions/0'],
+    [
+      {
+        contributions: [
+          {
+            provider: 'github',
+            connection_id: randomUUID(),
+            repository_id: randomUUID(),
+            contribution_kind: 'merge_request',
+            contribution_id: '1',
+          },
+        ],
+      },
+      '/contributions/0',
+    ],
   ])('rejects %j naming %s, before anything is written', async (body, field) => {
     const ws = await seedWorkspace(t.db);
-    const err = (await begin(t.db, ws, body as Record<string, unknown>).catch((e: unknown) => e)) as { code: string; field: string };
+    const err = (await begin(t.db, ws, body as Record<string, unknown>).catch((e: unknown) => e)) as {
+      code: string;
+      field: string;
+    };
     expect(err.code).toBe('invalid_request');
     expect(err.field.startsWith(field)).toBe(true);
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
@@ -217,7 +267,9 @@ describe('bad input', () => {
       code: 'invalid_request',
       field: '/repositories/0/repository_id',
     });
-    await expect(begin(t.db, { ...ws }, { repositories: [{ repository_id: ws.repositoryId, base_branch: 'nope' }] })).rejects.toMatchObject({
+    await expect(
+      begin(t.db, { ...ws }, { repositories: [{ repository_id: ws.repositoryId, base_branch: 'nope' }] }),
+    ).rejects.toMatchObject({
       code: 'invalid_request',
     });
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
@@ -226,7 +278,10 @@ describe('bad input', () => {
   it('rejects a body that is not an object', async () => {
     const ws = await seedWorkspace(t.db);
     for (const body of [null, [], 'text', 42]) {
-      await expect(beginTaskCreation(t.db, ws.member, body, { dataDir: ws.dataDir })).rejects.toMatchObject({ code: 'invalid_request', field: '/' });
+      await expect(beginTaskCreation(t.db, ws.member, body, { dataDir: ws.dataDir })).rejects.toMatchObject({
+        code: 'invalid_request',
+        field: '/',
+      });
     }
   });
 

@@ -27,7 +27,15 @@ async function created(body: Record<string, unknown> = {}) {
     agent_profile_id: ws.agentProfileId,
     repositories: [{ repository_id: ws.repositoryId }],
     attachments: ws.attachmentIds,
-    contributions: [{ provider: 'github', connection_id: ws.connectionId, repository_id: ws.repositoryId, contribution_kind: 'pull_request', contribution_id: '9' }],
+    contributions: [
+      {
+        provider: 'github',
+        connection_id: ws.connectionId,
+        repository_id: ws.repositoryId,
+        contribution_kind: 'pull_request',
+        contribution_id: '9',
+      },
+    ],
     workspace_policy: { mode: 'shared_group', group_id: ws.groupId, environment_id: ws.sharedEnvironmentId },
     ...body,
   });
@@ -51,12 +59,19 @@ describe('CompleteTaskCreation', () => {
     const result = await completeTaskCreation(t.db, c.auth);
     expect(result).toMatchObject({ outcome: 'Created', revision: 1, replayed: false });
     const [task] = await sql<{ creation_state: string; external_id_settled_at: Date | null; revision: number }>(
-      t.db, 'SELECT creation_state, external_id_settled_at, revision FROM tasks WHERE id = ?', [c.res.task.id]);
+      t.db,
+      'SELECT creation_state, external_id_settled_at, revision FROM tasks WHERE id = ?',
+      [c.res.task.id],
+    );
     expect(task!.creation_state).toBe('completed');
     expect(task!.external_id_settled_at).not.toBeNull();
     expect(Number(task!.revision)).toBe(1);
     expect(await events(c.res.task.id)).toBe(1);
-    const [ev] = await sql<{ event_id: string; revision: number; payload_json: string }>(t.db, 'SELECT event_id, revision, payload_json FROM event_outbox WHERE task_id = ?', [c.res.task.id]);
+    const [ev] = await sql<{ event_id: string; revision: number; payload_json: string }>(
+      t.db,
+      'SELECT event_id, revision, payload_json FROM event_outbox WHERE task_id = ?',
+      [c.res.task.id],
+    );
     expect(ev!.event_id).toBe(result.eventId);
     expect(JSON.parse(ev!.payload_json)).toMatchObject({ type: 'task.created', task_id: c.res.task.id, revision: 1 });
     expect(await count(t.db, 'task_revisions', 'task_id = ? AND revision = 1', [c.res.task.id])).toBe(1);
@@ -64,7 +79,11 @@ describe('CompleteTaskCreation', () => {
     const before = await c.snap();
     const again = await completeTaskCreation(t.db, c.auth);
     expect(again).toMatchObject({ outcome: 'Created', eventId: result.eventId, replayed: true });
-    const recovery = await completeTaskCreation(t.db, { kind: 'operation', operationId: c.res.operationId, actor: 'recovery' });
+    const recovery = await completeTaskCreation(t.db, {
+      kind: 'operation',
+      operationId: c.res.operationId,
+      actor: 'recovery',
+    });
     expect(recovery.eventId).toBe(result.eventId);
     expect(await c.snap()).toBe(before);
     expect(await events(c.res.task.id)).toBe(1);
@@ -74,13 +93,19 @@ describe('CompleteTaskCreation', () => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId);
     expect(await completeTaskCreationPhaseA(t.db, c.auth)).toBe('completing');
-    const [mid] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [c.res.operationId]);
+    const [mid] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+      c.res.operationId,
+    ]);
     expect(mid!.state).toBe('completing');
     expect(await events(c.res.task.id)).toBe(0);
     // Phase A again is a no-op; Abort is no longer legal.
     expect(await completeTaskCreationPhaseA(t.db, c.auth)).toBe('completing');
     await expectTyped(abortTaskCreation(t.db, c.auth, 'too late'), 'creation_state_conflict');
-    const done = await completeTaskCreationPhaseB(t.db, { kind: 'operation', operationId: c.res.operationId, actor: 'recovery' });
+    const done = await completeTaskCreationPhaseB(t.db, {
+      kind: 'operation',
+      operationId: c.res.operationId,
+      actor: 'recovery',
+    });
     expect(done.outcome).toBe('Created');
     expect(await events(c.res.task.id)).toBe(1);
   });
@@ -89,7 +114,9 @@ describe('CompleteTaskCreation', () => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId);
     const results = await Promise.allSettled(Array.from({ length: 4 }, () => completeTaskCreation(t.db, c.auth)));
-    const ok = results.filter((r) => r.status === 'fulfilled').map((r) => (r as PromiseFulfilledResult<{ eventId: string }>).value);
+    const ok = results
+      .filter((r) => r.status === 'fulfilled')
+      .map((r) => (r as PromiseFulfilledResult<{ eventId: string }>).value);
     expect(ok.length).toBeGreaterThanOrEqual(1);
     expect(new Set(ok.map((r) => r.eventId)).size).toBe(1);
     expect(await events(c.res.task.id)).toBe(1);
@@ -99,10 +126,16 @@ describe('CompleteTaskCreation', () => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId);
     await sql(t.db, 'UPDATE tasks SET external_id = NULL WHERE id = ?', [c.res.task.id]);
-    await sql(t.db, `UPDATE task_creation_operations SET release_applied = ${t.db.dialect === 'postgres' ? 'true' : '1'} WHERE id = ?`, [c.res.operationId]);
+    await sql(
+      t.db,
+      `UPDATE task_creation_operations SET release_applied = ${t.db.dialect === 'postgres' ? 'true' : '1'} WHERE id = ?`,
+      [c.res.operationId],
+    );
     const result = await completeTaskCreation(t.db, c.auth);
     expect(result.outcome).toBe('CreatedIdentityLost');
-    const [ev] = await sql<{ payload_json: string }>(t.db, 'SELECT payload_json FROM event_outbox WHERE task_id = ?', [c.res.task.id]);
+    const [ev] = await sql<{ payload_json: string }>(t.db, 'SELECT payload_json FROM event_outbox WHERE task_id = ?', [
+      c.res.task.id,
+    ]);
     expect(JSON.parse(ev!.payload_json).external_id).toBeNull();
   });
 });
@@ -120,14 +153,21 @@ describe('tampering cannot Complete or Abort', () => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId);
     const before = await c.snap();
-    const bad: OperationAuthority = { kind: 'handle', handle: mutate({ ...c.res.handle! } as unknown as Record<string, string>) as never };
+    const bad: OperationAuthority = {
+      kind: 'handle',
+      handle: mutate({ ...c.res.handle! } as unknown as Record<string, string>) as never,
+    };
     await expectTyped(completeTaskCreation(t.db, bad), 'handle_mismatch');
     await expectTyped(abortTaskCreation(t.db, bad, 'x'), 'handle_mismatch');
     expect(await c.snap()).toBe(before);
   });
 
   const rowMutations: [string, string, string][] = [
-    ['plan bytes (manifest)', 'task_creation_operations', "plan_json = REPLACE(plan_json, '\"version\":1', '\"version\":1 ')"],
+    [
+      'plan bytes (manifest)',
+      'task_creation_operations',
+      'plan_json = REPLACE(plan_json, \'"version":1\', \'"version":1 \')',
+    ],
     ['plan title', 'task_creation_operations', "plan_json = REPLACE(plan_json, 'shared_group', 'new_workspace')"],
     ['actor document', 'task_creation_operations', "actor_json = REPLACE(actor_json, 'alice', 'mallory')"],
     ['manifest hash column', 'task_creation_operations', "manifest_hash = '" + 'c'.repeat(64) + "'"],
@@ -145,7 +185,7 @@ describe('tampering cannot Complete or Abort', () => {
   });
 
   it.each([
-    ['request bytes', "request_json = REPLACE(request_json, '\"task_id\"', '\"task_id\" ')"],
+    ['request bytes', 'request_json = REPLACE(request_json, \'"task_id"\', \'"task_id" \')'],
     ['request hash', "request_sha256 = '" + 'e'.repeat(64) + "'"],
     ['idempotency key', "idempotency_key = '" + 'f'.repeat(64) + "'"],
     ['evidence bytes', "evidence_json = REPLACE(evidence_json, 'present_exact', 'conflict')"],
@@ -153,7 +193,9 @@ describe('tampering cannot Complete or Abort', () => {
   ])('a mutated step %s cannot Complete (evidence_mismatch, zero writes)', async (_n, set) => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId);
-    await sql(t.db, `UPDATE task_creation_steps SET ${set} WHERE operation_id = ? AND kind = 'session_prepare'`, [c.res.operationId]);
+    await sql(t.db, `UPDATE task_creation_steps SET ${set} WHERE operation_id = ? AND kind = 'session_prepare'`, [
+      c.res.operationId,
+    ]);
     const before = await c.snap();
     await expectTyped(completeTaskCreation(t.db, c.auth), 'evidence_mismatch');
     expect(await c.snap()).toBe(before);
@@ -184,12 +226,21 @@ describe('compensation, transfer and Abort', () => {
     const wsStep = rows.find((r) => r.kind === 'workspace_attachment')!;
     const a = await claimTaskCreationStep(t.db, c.auth, { kind: 'attachment_claim', stepKey: attach.step_key }, 'w1');
     await completeTaskCreationStep(t.db, a, { evidence: presentEvidence(a) });
-    const w = await claimTaskCreationStep(t.db, c.auth, { kind: 'workspace_attachment', stepKey: wsStep.step_key }, 'w1');
+    const w = await claimTaskCreationStep(
+      t.db,
+      c.auth,
+      { kind: 'workspace_attachment', stepKey: wsStep.step_key },
+      'w1',
+    );
     await failTaskCreationStep(t.db, w, permanentFailure(w));
     return { ...c, attach, wsStep };
   }
 
-  function proof(claim: CompensationClaim, outcome: 'compensated' | 'transferred' | 'retry_wait', jobId: string | null = null) {
+  function proof(
+    claim: CompensationClaim,
+    outcome: 'compensated' | 'transferred' | 'retry_wait',
+    jobId: string | null = null,
+  ) {
     return {
       version: 1 as const,
       kind: claim.kind,
@@ -216,16 +267,23 @@ describe('compensation, transfer and Abort', () => {
     const ref = { kind: 'attachment_claim' as const, stepKey: c.attach.step_key };
     const claim = await claimTaskCreationCompensation(t.db, c.auth, ref, 'comp-1');
     expect(claim.evidence?.effect).toBe('present_exact');
-    await expectTyped(completeTaskCreationCompensation(t.db, { ...claim, compensationGeneration: 0 }, proof(claim, 'compensated')), 'stale_claim');
+    await expectTyped(
+      completeTaskCreationCompensation(t.db, { ...claim, compensationGeneration: 0 }, proof(claim, 'compensated')),
+      'stale_claim',
+    );
     await completeTaskCreationCompensation(t.db, claim, proof(claim, 'compensated'));
     const result = await abortTaskCreation(t.db, c.auth, 'provider_rejected');
     expect(result).toMatchObject({ replayed: false, cause: 'provider_rejected' });
     expect(await count(t.db, 'tasks', 'id = ?', [c.res.task.id])).toBe(0);
     expect(await count(t.db, 'task_repositories', 'task_id = ?', [c.res.task.id])).toBe(0);
     expect(await count(t.db, 'task_creation_steps', 'operation_id = ?', [c.res.operationId])).toBe(2);
-    const [op] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [c.res.operationId]);
+    const [op] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+      c.res.operationId,
+    ]);
     expect(op!.state).toBe('aborted');
-    const [ident] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_identities WHERE task_id = ?', [c.res.task.id]);
+    const [ident] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_identities WHERE task_id = ?', [
+      c.res.task.id,
+    ]);
     expect(ident!.state).toBe('aborted');
     expect(await count(t.db, 'event_outbox', 'task_id = ?', [c.res.task.id])).toBe(0);
     // Replay, and the external ID is free again for a new creation.
@@ -242,14 +300,25 @@ describe('compensation, transfer and Abort', () => {
     const ref = { kind: 'attachment_claim' as const, stepKey: c.attach.step_key };
     const claim = await claimTaskCreationCompensation(t.db, c.auth, ref, 'comp-1');
     const jobId = randomUUID();
-    await expectTyped(completeTaskCreationCompensation(t.db, claim, proof(claim, 'transferred', jobId), null), 'invalid_document');
+    await expectTyped(
+      completeTaskCreationCompensation(t.db, claim, proof(claim, 'transferred', jobId), null),
+      'invalid_document',
+    );
     await completeTaskCreationCompensation(t.db, claim, proof(claim, 'transferred', jobId), {
       reason: 'attachment_changed',
       proof: { attachment_ids: c.ws.attachmentIds, task_id: c.res.task.id },
     });
-    const [job] = await sql<{ state: string; proof_sha256: string; step_id: string }>(t.db, 'SELECT state, proof_sha256, step_id FROM task_resource_cleanup_jobs WHERE id = ?', [jobId]);
+    const [job] = await sql<{ state: string; proof_sha256: string; step_id: string }>(
+      t.db,
+      'SELECT state, proof_sha256, step_id FROM task_resource_cleanup_jobs WHERE id = ?',
+      [jobId],
+    );
     expect(job).toMatchObject({ state: 'pending', step_id: c.attach.id });
-    const [step] = await sql<{ cleanup_job_id: string; compensation_state: string }>(t.db, 'SELECT cleanup_job_id, compensation_state FROM task_creation_steps WHERE id = ?', [c.attach.id]);
+    const [step] = await sql<{ cleanup_job_id: string; compensation_state: string }>(
+      t.db,
+      'SELECT cleanup_job_id, compensation_state FROM task_creation_steps WHERE id = ?',
+      [c.attach.id],
+    );
     expect(step).toMatchObject({ cleanup_job_id: jobId, compensation_state: 'transferred' });
     const result = await abortTaskCreation(t.db, c.auth, 'provider_rejected');
     expect(result.cleanupJobIds).toEqual([jobId]);
@@ -281,6 +350,9 @@ describe('compensation, transfer and Abort', () => {
     const result = await abortTaskCreation(t.db, c.auth, 'caller_cancelled');
     expect(result.replayed).toBe(false);
     expect(await count(t.db, 'tasks', 'id = ?', [c.res.task.id])).toBe(0);
-    await expectTyped(claimTaskCreationStep(t.db, c.auth, { kind: 'session_prepare', stepKey: 'x' }, 'w'), 'creation_state_conflict');
+    await expectTyped(
+      claimTaskCreationStep(t.db, c.auth, { kind: 'session_prepare', stepKey: 'x' }, 'w'),
+      'creation_state_conflict',
+    );
   });
 });

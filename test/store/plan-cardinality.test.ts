@@ -13,11 +13,21 @@ import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 
 const t = useTestDb();
 
-type Case = [string, (ws: SeededWorkspace, parentId: string) => Record<string, unknown>, Record<string, number>, string];
+type Case = [
+  string,
+  (ws: SeededWorkspace, parentId: string) => Record<string, unknown>,
+  Record<string, number>,
+  string,
+];
 
 const cases: Case[] = [
   ['none: no session, no launch, no attachment', () => ({}), {}, 'none'],
-  ['immediate: one session_prepare and one launch_intent', (ws) => ({ start_agent: true, agent_profile_id: ws.agentProfileId }), { session_prepare: 1, launch_intent: 1 }, 'immediate'],
+  [
+    'immediate: one session_prepare and one launch_intent',
+    (ws) => ({ start_agent: true, agent_profile_id: ws.agentProfileId }),
+    { session_prepare: 1, launch_intent: 1 },
+    'immediate',
+  ],
   [
     'deferred (blockers): no session/launch; blockers select the attachment',
     (ws, parent) => ({ start_agent: true, agent_profile_id: ws.agentProfileId, blocked_by: [parent] }),
@@ -25,23 +35,54 @@ const cases: Case[] = [
     'deferred',
   ],
   ['none with blockers stays none', (_ws, parent) => ({ blocked_by: [parent] }), { workspace_attachment: 1 }, 'none'],
-  ['shared_group with a group', (ws) => ({ workspace_policy: { mode: 'shared_group', group_id: ws.groupId } }), { workspace_attachment: 1 }, 'none'],
-  ['shared_group with an environment', (ws) => ({ workspace_policy: { mode: 'shared_group', environment_id: ws.sharedEnvironmentId } }), { workspace_attachment: 1 }, 'none'],
+  [
+    'shared_group with a group',
+    (ws) => ({ workspace_policy: { mode: 'shared_group', group_id: ws.groupId } }),
+    { workspace_attachment: 1 },
+    'none',
+  ],
+  [
+    'shared_group with an environment',
+    (ws) => ({ workspace_policy: { mode: 'shared_group', environment_id: ws.sharedEnvironmentId } }),
+    { workspace_attachment: 1 },
+    'none',
+  ],
   ['new_workspace without binding selects none', () => ({ workspace_policy: { mode: 'new_workspace' } }), {}, 'none'],
-  ['new_workspace with a group', (ws) => ({ workspace_policy: { mode: 'new_workspace', group_id: ws.groupId } }), { workspace_attachment: 1 }, 'none'],
+  [
+    'new_workspace with a group',
+    (ws) => ({ workspace_policy: { mode: 'new_workspace', group_id: ws.groupId } }),
+    { workspace_attachment: 1 },
+    'none',
+  ],
   ['inherit_parent with an unbound parent selects none', (_ws, parent) => ({ parent_id: parent }), {}, 'none'],
-  ['one attachment_claim per attachment set', (ws) => ({ attachments: ws.attachmentIds }), { attachment_claim: 1 }, 'none'],
+  [
+    'one attachment_claim per attachment set',
+    (ws) => ({ attachments: ws.attachmentIds }),
+    { attachment_claim: 1 },
+    'none',
+  ],
   [
     'one fresh_branch_prepare per fresh repository',
     (ws) => ({ repositories: [{ repository_id: ws.repositoryId }] }),
     { fresh_branch_prepare: 1 },
     'none',
   ],
-  ['no branch for fresh_branch: false', (ws) => ({ repositories: [{ repository_id: ws.repositoryId, fresh_branch: false }] }), {}, 'none'],
+  [
+    'no branch for fresh_branch: false',
+    (ws) => ({ repositories: [{ repository_id: ws.repositoryId, fresh_branch: false }] }),
+    {},
+    'none',
+  ],
   [
     'one remote_contribution_associate per contribution',
     (ws) => ({
-      contributions: ['1', '2'].map((id) => ({ provider: 'github', connection_id: ws.connectionId, repository_id: ws.repositoryId, contribution_kind: 'pull_request', contribution_id: id })),
+      contributions: ['1', '2'].map((id) => ({
+        provider: 'github',
+        connection_id: ws.connectionId,
+        repository_id: ws.repositoryId,
+        contribution_kind: 'pull_request',
+        contribution_id: id,
+      })),
     }),
     { remote_contribution_associate: 2 },
     'none',

@@ -14,7 +14,13 @@ import {
 } from '../../src/store/step-results';
 import type { OperationAuthority, StepClaim } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
-import { absentEvidence, ambiguousFailure, permanentFailure, presentEvidence, transientFailure } from '../support/evidence';
+import {
+  absentEvidence,
+  ambiguousFailure,
+  permanentFailure,
+  presentEvidence,
+  transientFailure,
+} from '../support/evidence';
 import { begin, expectTyped, snapshot, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 
@@ -25,7 +31,15 @@ async function setup(body: Record<string, unknown> = {}) {
   const res = await begin(t.db, ws, {
     start_agent: true,
     agent_profile_id: ws.agentProfileId,
-    contributions: [{ provider: 'github', connection_id: ws.connectionId, repository_id: ws.repositoryId, contribution_kind: 'pull_request', contribution_id: '7' }],
+    contributions: [
+      {
+        provider: 'github',
+        connection_id: ws.connectionId,
+        repository_id: ws.repositoryId,
+        contribution_kind: 'pull_request',
+        contribution_id: '7',
+      },
+    ],
     ...body,
   });
   const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
@@ -42,7 +56,13 @@ function backdateLease(stepId: string) {
 describe('claim', () => {
   it('moves planned -> running with generation, attempt and a database-clock lease', async () => {
     const s = await setup();
-    const claim = await claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: s.key('session_prepare') }, 'w1', 60_000);
+    const claim = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'session_prepare', stepKey: s.key('session_prepare') },
+      'w1',
+      60_000,
+    );
     expect(claim.generation).toBe(1);
     expect(claim.leaseExpiresAt.getTime()).toBeGreaterThan(Date.now() + 30_000);
     const [row] = await sql<{ state: string; generation: number; attempt: number; lease_owner: string }>(
@@ -75,7 +95,10 @@ describe('claim', () => {
       await completeTaskCreationStep(t.db, c, { evidence: presentEvidence(c) });
     }
     const claim = await claimTaskCreationStep(t.db, s.auth, launch, 'w1');
-    await expectTyped(completeTaskCreationStep(t.db, claim, { evidence: presentEvidence(claim) }), 'creation_state_conflict');
+    await expectTyped(
+      completeTaskCreationStep(t.db, claim, { evidence: presentEvidence(claim) }),
+      'creation_state_conflict',
+    );
     await armLaunchIntent(t.db, claim, presentEvidence(claim));
     const rows = await stepRows(t.db, s.res.operationId);
     expect(rows.find((r) => r.kind === 'launch_intent')!.state).toBe('armed');
@@ -83,25 +106,36 @@ describe('claim', () => {
 
   it('rejects an unknown step key', async () => {
     const s = await setup();
-    await expectTyped(claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: 'nope' }, 'w1'), 'not_found');
+    await expectTyped(
+      claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: 'nope' }, 'w1'),
+      'not_found',
+    );
   });
 });
 
 describe('recording results by compare-and-set', () => {
   async function claimed() {
     const s = await setup();
-    const claim = await claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: s.key('session_prepare') }, 'w1');
+    const claim = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'session_prepare', stepKey: s.key('session_prepare') },
+      'w1',
+    );
     return { ...s, claim };
   }
 
   it('completes a live claim with canonical evidence', async () => {
     const s = await claimed();
     await completeTaskCreationStep(t.db, s.claim, { evidence: presentEvidence(s.claim) });
-    const [row] = await sql<{ state: string; evidence_json: string; evidence_sha256: string; lease_owner: string | null }>(
-      t.db,
-      'SELECT state, evidence_json, evidence_sha256, lease_owner FROM task_creation_steps WHERE id = ?',
-      [s.claim.stepId],
-    );
+    const [row] = await sql<{
+      state: string;
+      evidence_json: string;
+      evidence_sha256: string;
+      lease_owner: string | null;
+    }>(t.db, 'SELECT state, evidence_json, evidence_sha256, lease_owner FROM task_creation_steps WHERE id = ?', [
+      s.claim.stepId,
+    ]);
     expect(row!.state).toBe('succeeded');
     expect(row!.lease_owner).toBeNull();
     expect(row!.evidence_sha256).toMatch(/^[0-9a-f]{64}$/);
@@ -141,10 +175,22 @@ describe('recording results by compare-and-set', () => {
     const s = await claimed();
     const before = await s.snap();
     const ev = presentEvidence(s.claim);
-    await expectTyped(completeTaskCreationStep(t.db, s.claim, { evidence: { ...ev, step_key: 'other' } }), 'invalid_document');
-    await expectTyped(completeTaskCreationStep(t.db, s.claim, { evidence: { ...ev, request_sha256: 'f'.repeat(64) } }), 'invalid_document');
-    await expectTyped(completeTaskCreationStep(t.db, s.claim, { evidence: absentEvidence(s.claim) }), 'invalid_document');
-    await expectTyped(completeTaskCreationStep(t.db, s.claim, { evidence: { ...ev, extra: 1 } as never }), 'invalid_document');
+    await expectTyped(
+      completeTaskCreationStep(t.db, s.claim, { evidence: { ...ev, step_key: 'other' } }),
+      'invalid_document',
+    );
+    await expectTyped(
+      completeTaskCreationStep(t.db, s.claim, { evidence: { ...ev, request_sha256: 'f'.repeat(64) } }),
+      'invalid_document',
+    );
+    await expectTyped(
+      completeTaskCreationStep(t.db, s.claim, { evidence: absentEvidence(s.claim) }),
+      'invalid_document',
+    );
+    await expectTyped(
+      completeTaskCreationStep(t.db, s.claim, { evidence: { ...ev, extra: 1 } as never }),
+      'invalid_document',
+    );
     expect(await s.snap()).toBe(before);
   });
 
@@ -152,15 +198,28 @@ describe('recording results by compare-and-set', () => {
     const s = await claimed();
     const before = await s.snap();
     const forged = { ...s.claim, requestSha256: 'e'.repeat(64) };
-    await expectTyped(completeTaskCreationStep(t.db, forged, { evidence: { ...presentEvidence(s.claim), request_sha256: 'e'.repeat(64) } }), 'evidence_mismatch');
+    await expectTyped(
+      completeTaskCreationStep(t.db, forged, {
+        evidence: { ...presentEvidence(s.claim), request_sha256: 'e'.repeat(64) },
+      }),
+      'evidence_mismatch',
+    );
     expect(await s.snap()).toBe(before);
   });
 
   it('transient failure -> retry_wait (needs absent proof), then claimable again with the next generation', async () => {
     const s = await claimed();
-    await expectTyped(failTaskCreationStep(t.db, s.claim, { ...transientFailure(s.claim), evidence: null }), 'invalid_document');
+    await expectTyped(
+      failTaskCreationStep(t.db, s.claim, { ...transientFailure(s.claim), evidence: null }),
+      'invalid_document',
+    );
     expect(await failTaskCreationStep(t.db, s.claim, transientFailure(s.claim))).toBe('retry_wait');
-    const again = await claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: s.claim.stepKey }, 'w2');
+    const again = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'session_prepare', stepKey: s.claim.stepKey },
+      'w2',
+    );
     expect(again.generation).toBe(2);
     // The first worker's claim is now stale.
     await expectTyped(completeTaskCreationStep(t.db, s.claim, { evidence: presentEvidence(s.claim) }), 'stale_claim');
@@ -176,7 +235,12 @@ describe('recording results by compare-and-set', () => {
       resolveTaskCreationStep(t.db, operator, ref, { resolution: 'succeeded', evidence: absentEvidence(s.claim) }),
       'invalid_document',
     );
-    expect(await resolveTaskCreationStep(t.db, operator, ref, { resolution: 'succeeded', evidence: presentEvidence(s.claim) })).toBe('succeeded');
+    expect(
+      await resolveTaskCreationStep(t.db, operator, ref, {
+        resolution: 'succeeded',
+        evidence: presentEvidence(s.claim),
+      }),
+    ).toBe('succeeded');
     await expectTyped(
       resolveTaskCreationStep(t.db, operator, ref, { resolution: 'succeeded', evidence: presentEvidence(s.claim) }),
       'creation_state_conflict',
@@ -188,31 +252,65 @@ describe('recording results by compare-and-set', () => {
     await failTaskCreationStep(t.db, s.claim, ambiguousFailure());
     const ref = { kind: 'session_prepare' as const, stepKey: s.claim.stepKey };
     const operator: OperationAuthority = { kind: 'operation', operationId: s.res.operationId, actor: 'operator:root' };
-    expect(await resolveTaskCreationStep(t.db, operator, ref, { resolution: 'retry_wait', evidence: absentEvidence(s.claim) })).toBe('retry_wait');
+    expect(
+      await resolveTaskCreationStep(t.db, operator, ref, {
+        resolution: 'retry_wait',
+        evidence: absentEvidence(s.claim),
+      }),
+    ).toBe('retry_wait');
     const next = await claimTaskCreationStep(t.db, s.auth, ref, 'w3');
     expect(next.generation).toBe(3);
   });
 
   it('permanent failure -> failed (needs absent proof); succeeded effects now require compensation; no more claims', async () => {
     const s = await setup();
-    const session = await claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: s.key('session_prepare') }, 'w1');
+    const session = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'session_prepare', stepKey: s.key('session_prepare') },
+      'w1',
+    );
     await completeTaskCreationStep(t.db, session, { evidence: presentEvidence(session) });
-    const remote = await claimTaskCreationStep(t.db, s.auth, { kind: 'remote_contribution_associate', stepKey: s.key('remote_contribution_associate') }, 'w1');
-    await expectTyped(failTaskCreationStep(t.db, remote, { ...permanentFailure(remote), evidence: null }), 'invalid_document');
+    const remote = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'remote_contribution_associate', stepKey: s.key('remote_contribution_associate') },
+      'w1',
+    );
+    await expectTyped(
+      failTaskCreationStep(t.db, remote, { ...permanentFailure(remote), evidence: null }),
+      'invalid_document',
+    );
     expect(await failTaskCreationStep(t.db, remote, permanentFailure(remote))).toBe('failed');
     const rows = await stepRows(t.db, s.res.operationId);
     expect(rows.find((r) => r.kind === 'session_prepare')!.compensation_state).toBe('required');
     expect(rows.find((r) => r.kind === 'remote_contribution_associate')!.state).toBe('failed');
-    await expectTyped(claimTaskCreationStep(t.db, s.auth, { kind: 'launch_intent', stepKey: s.key('launch_intent') }, 'w1'), 'creation_state_conflict');
+    await expectTyped(
+      claimTaskCreationStep(t.db, s.auth, { kind: 'launch_intent', stepKey: s.key('launch_intent') }, 'w1'),
+      'creation_state_conflict',
+    );
   });
 
   it('a success that lands after a permanent failure is marked for compensation in the same transaction', async () => {
     const s = await setup();
-    const session = await claimTaskCreationStep(t.db, s.auth, { kind: 'session_prepare', stepKey: s.key('session_prepare') }, 'w1');
-    const remote = await claimTaskCreationStep(t.db, s.auth, { kind: 'remote_contribution_associate', stepKey: s.key('remote_contribution_associate') }, 'w2');
+    const session = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'session_prepare', stepKey: s.key('session_prepare') },
+      'w1',
+    );
+    const remote = await claimTaskCreationStep(
+      t.db,
+      s.auth,
+      { kind: 'remote_contribution_associate', stepKey: s.key('remote_contribution_associate') },
+      'w2',
+    );
     await failTaskCreationStep(t.db, remote, permanentFailure(remote));
     await completeTaskCreationStep(t.db, session, { evidence: presentEvidence(session) });
     const rows = await stepRows(t.db, s.res.operationId);
-    expect(rows.find((r) => r.kind === 'session_prepare')).toMatchObject({ state: 'succeeded', compensation_state: 'required' });
+    expect(rows.find((r) => r.kind === 'session_prepare')).toMatchObject({
+      state: 'succeeded',
+      compensation_state: 'required',
+    });
   });
 });

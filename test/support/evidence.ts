@@ -21,7 +21,11 @@ function presentObservation(claim: StepClaim): Record<string, unknown> {
       return {
         policy_mode: r.mode,
         group_member_rows: [],
-        blocker_rows: (r.blocker_ids as string[]).map((b) => ({ task_id: r.task_id, blocker_task_id: b, row_sha256: h(`blk${b}`) })),
+        blocker_rows: (r.blocker_ids as string[]).map((b) => ({
+          task_id: r.task_id,
+          blocker_task_id: b,
+          row_sha256: h(`blk${b}`),
+        })),
         environment_binding: null,
         environment_repo_rows: [],
         owner_operation_id: claim.operationId,
@@ -49,7 +53,12 @@ function presentObservation(claim: StepClaim): Record<string, unknown> {
         head_commit: r.base_commit,
         base_commit: r.base_commit,
         registered: true,
-        marker: { operation_id: claim.operationId, step_id: claim.stepId, resource_key: r.resource_key, marker_sha256: h('marker') },
+        marker: {
+          operation_id: claim.operationId,
+          step_id: claim.stepId,
+          resource_key: r.resource_key,
+          marker_sha256: h('marker'),
+        },
         environment_repo_row_sha256: h('envrepo'),
       };
     case 'remote_contribution_associate':
@@ -83,7 +92,10 @@ export function presentEvidence(claim: StepClaim): StepEvidence {
   };
 }
 
-export function absentEvidence(claim: Pick<StepClaim, 'kind' | 'stepKey' | 'requestSha256'>, reason = 'nothing was created'): StepEvidence {
+export function absentEvidence(
+  claim: Pick<StepClaim, 'kind' | 'stepKey' | 'requestSha256'>,
+  reason = 'nothing was created',
+): StepEvidence {
   return {
     version: 1,
     kind: claim.kind,

@@ -12,12 +12,29 @@ import { sql } from './db';
 import { presentEvidence } from './evidence';
 import type { SeededWorkspace } from './seed';
 
-export async function begin(db: Db, ws: SeededWorkspace, body: Record<string, unknown>, principal?: Principal): Promise<BeginResult> {
-  return beginTaskCreation(db, principal ?? ws.member, { workspace_id: ws.workspaceId, title: 'a task', ...body }, { dataDir: ws.dataDir });
+export async function begin(
+  db: Db,
+  ws: SeededWorkspace,
+  body: Record<string, unknown>,
+  principal?: Principal,
+): Promise<BeginResult> {
+  return beginTaskCreation(
+    db,
+    principal ?? ws.member,
+    { workspace_id: ws.workspaceId, title: 'a task', ...body },
+    { dataDir: ws.dataDir },
+  );
 }
 
 export async function stepRows(db: Db, operationId: string) {
-  return sql<{ id: string; kind: string; step_key: string; state: string; generation: number; compensation_state: string }>(
+  return sql<{
+    id: string;
+    kind: string;
+    step_key: string;
+    state: string;
+    generation: number;
+    compensation_state: string;
+  }>(
     db,
     'SELECT id, kind, step_key, state, generation, compensation_state FROM task_creation_steps WHERE operation_id = ? ORDER BY kind, step_key',
     [operationId],
@@ -25,7 +42,12 @@ export async function stepRows(db: Db, operationId: string) {
 }
 
 /** Claims and records success for every step (launch intent last, armed). */
-export async function driveAllSteps(db: Db, auth: OperationAuthority, operationId: string, owner = 'worker-1'): Promise<void> {
+export async function driveAllSteps(
+  db: Db,
+  auth: OperationAuthority,
+  operationId: string,
+  owner = 'worker-1',
+): Promise<void> {
   const rows = await stepRows(db, operationId);
   for (const row of rows.filter((r) => r.kind !== 'launch_intent')) {
     const claim = await claimTaskCreationStep(db, auth, { kind: row.kind as never, stepKey: row.step_key }, owner);

@@ -50,10 +50,11 @@ const NOW = (db: Db) => (db.dialect === 'postgres' ? 'now()' : 'NOW(3)');
 export async function seedWorkspace(db: Db, options: { attachments?: number } = {}): Promise<SeededWorkspace> {
   const workspaceId = randomUUID();
   const now = NOW(db);
-  await sql(db, `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${now}, ${now})`, [
-    workspaceId,
-    `ws-${workspaceId.slice(0, 8)}`,
-  ]);
+  await sql(
+    db,
+    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${now}, ${now})`,
+    [workspaceId, `ws-${workspaceId.slice(0, 8)}`],
+  );
   const token = randomBytes(24).toString('base64url');
   const tokenId = randomUUID();
   await sql(
@@ -62,7 +63,10 @@ export async function seedWorkspace(db: Db, options: { attachments?: number } = 
     [tokenId, workspaceId, 'alice', tokenSha256(token)],
   );
   const workflowId = randomUUID();
-  await sql(db, `INSERT INTO workflows (id, workspace_id, name, created_at) VALUES (?, ?, 'default', ${now})`, [workflowId, workspaceId]);
+  await sql(db, `INSERT INTO workflows (id, workspace_id, name, created_at) VALUES (?, ?, 'default', ${now})`, [
+    workflowId,
+    workspaceId,
+  ]);
   const stepIds = [randomUUID(), randomUUID()];
   for (const [i, id] of stepIds.entries()) {
     await sql(
@@ -85,7 +89,10 @@ export async function seedWorkspace(db: Db, options: { attachments?: number } = 
     [repositoryId, workspaceId, repoPath],
   );
   const groupId = randomUUID();
-  await sql(db, `INSERT INTO workspace_groups (id, workspace_id, name, created_at) VALUES (?, ?, 'squad', ${now})`, [groupId, workspaceId]);
+  await sql(db, `INSERT INTO workspace_groups (id, workspace_id, name, created_at) VALUES (?, ?, 'squad', ${now})`, [
+    groupId,
+    workspaceId,
+  ]);
   const sharedEnvironmentId = randomUUID();
   await sql(
     db,
@@ -117,8 +124,20 @@ export async function seedWorkspace(db: Db, options: { attachments?: number } = 
   return {
     workspaceId,
     token,
-    member: { variant: 'api_principal', principal_id: 'alice', authority_id: tokenId, authority_revision: 1, workspace_id: workspaceId },
-    operator: { variant: 'operator', principal_id: 'root', authority_id: 'bootstrap', authority_revision: 0, workspace_id: null },
+    member: {
+      variant: 'api_principal',
+      principal_id: 'alice',
+      authority_id: tokenId,
+      authority_revision: 1,
+      workspace_id: workspaceId,
+    },
+    operator: {
+      variant: 'operator',
+      principal_id: 'root',
+      authority_id: 'bootstrap',
+      authority_revision: 0,
+      workspace_id: null,
+    },
     workflowId,
     stepIds,
     agentProfileId,

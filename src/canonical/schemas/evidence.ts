@@ -7,10 +7,25 @@
 import type { SchemaObject } from 'ajv';
 import { EVIDENCE_EFFECTS, STEP_KINDS, type StepKind } from '../../domain/vocab';
 import type { CompensationProof, StepFailure } from '../types';
-import { closedObject, conditionalObject, constant, enumOf, nullableUuid, sha256, snakeName, text, timestamp, uuid } from './fragments';
+import {
+  closedObject,
+  conditionalObject,
+  constant,
+  enumOf,
+  nullableUuid,
+  sha256,
+  snakeName,
+  text,
+  timestamp,
+  uuid,
+} from './fragments';
 import { PRESENT_OBSERVATION_SCHEMAS, rowSetObservationSchema } from './observations';
 
-export const FAILURE_CLASSES = ['permanent', 'transient', 'ambiguous'] as const satisfies readonly StepFailure['class'][];
+export const FAILURE_CLASSES = [
+  'permanent',
+  'transient',
+  'ambiguous',
+] as const satisfies readonly StepFailure['class'][];
 export const COMPENSATION_OUTCOMES = [
   'compensated',
   'transferred',
