@@ -17,18 +17,18 @@ import type { StepEvidence, StepFailure } from '../canonical/types';
 import { validateStepEvidence, validateStepFailure } from '../canonical/validate';
 import { ConflictError, ValidationError } from '../domain/errors';
 import type { StepState } from '../domain/vocab';
-import { runTransaction, type Db, type SqlParam, type Tx } from '../db/tx';
-import { guardOperationLocked, lockTaskChainLocked, type GuardedOperation } from './operation-guard';
+import { runTransaction, type Db } from '../db/tx';
+import { casFromRunning, expectation, lockClaimedLocked } from './claimed';
+import { guardOperationLocked, lockTaskChainLocked } from './operation-guard';
 import {
   findStep,
-  findStepById,
   lockStepsLocked,
   nonLaunchStepsReady,
   requireCompensationLocked,
   verifyStepRequest,
   type StepRef,
 } from './step-rows';
-import type { OperationAuthority, StepClaim, StepRow } from './types';
+import type { OperationAuthority, StepClaim } from './types';
 
 export interface CompleteStepInput {
   evidence: StepEvidence;
@@ -42,60 +42,6 @@ export interface CompleteStepInput {
  *  minutes, so a provider outage is not hammered and a blip heals quickly. */
 export function retryDelayMs(attempt: number): number {
   return Math.min(300_000, 1000 * 2 ** Math.max(0, attempt - 1));
-}
-
-function expectation(claim: StepClaim) {
-  return { kind: claim.kind, step_key: claim.stepKey, request_sha256: claim.requestSha256 };
-}
-
-interface ClaimContext {
-  guarded: GuardedOperation;
-  steps: StepRow[];
-  step: StepRow;
-}
-
-async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<ClaimContext> {
-  const guarded = await guardOperationLocked(tx, {
-    kind: 'operation',
-    operationId: claim.operationId,
-    actor: claim.owner,
-  });
-  if (guarded.op.state !== 'preparing') {
-    throw new ConflictError('stale_claim', `operation is ${guarded.op.state}; this claim can no longer record`, {
-      operation_id: claim.operationId,
-    });
-  }
-  await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false });
-  const steps = await lockStepsLocked(tx, claim.operationId);
-  const step = findStepById(steps, claim.stepId);
-  verifyStepRequest(step, guarded.plan);
-  if (step.request_sha256 !== claim.requestSha256) {
-    throw new ConflictError('evidence_mismatch', 'claim request hash differs from the stored request', {
-      step_id: step.id,
-    });
-  }
-  return { guarded, steps, step };
-}
-
-/** The compare-and-set every claimed result goes through. */
-async function casFromRunning(
-  tx: Tx,
-  claim: StepClaim,
-  to: StepState,
-  sets: string,
-  params: SqlParam[],
-): Promise<void> {
-  const changed = await tx.exec(
-    `UPDATE task_creation_steps SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
-      WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
-    [to, ...params, claim.stepId, claim.generation, claim.owner],
-  );
-  if (changed !== 1) {
-    throw new ConflictError('stale_claim', 'claim is stale: generation, owner or lease no longer matches', {
-      step_id: claim.stepId,
-      generation: claim.generation,
-    });
-  }
 }
 
 export async function completeTaskCreationStep(db: Db, claim: StepClaim, input: CompleteStepInput): Promise<void> {

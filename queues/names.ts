@@ -1,0 +1,58 @@
+/**
+ * BullMQ queue names, job payloads and job-ID builders. Jobs carry IDs only:
+ * every worker re-reads and claims from the database (Redis holds wake-ups,
+ * never truth). Job IDs derive from the row and its generation, so a
+ * duplicate enqueue of the same wake-up collapses into one job.
+ */
+import { STEP_KINDS, type StepKind } from '../src/domain/vocab';
+
+export const DEFAULT_QUEUE_PREFIX = 'taskledger';
+
+export const stepQueueName = (kind: StepKind): string => `step-${kind}`;
+export const STEP_QUEUE_NAMES = STEP_KINDS.map(stepQueueName);
+export const COMPLETE_QUEUE = 'complete';
+export const OUTBOX_QUEUE = 'outbox';
+export const LAUNCH_QUEUE = 'launch';
+export const CLEANUP_QUEUE = 'cleanup';
+export const ADMISSION_QUEUE = 'admission';
+export const REAPER_QUEUE = 'reaper';
+
+export const ALL_QUEUE_NAMES = [
+  ADMISSION_QUEUE,
+  ...STEP_QUEUE_NAMES,
+  COMPLETE_QUEUE,
+  OUTBOX_QUEUE,
+  LAUNCH_QUEUE,
+  CLEANUP_QUEUE,
+  REAPER_QUEUE,
+] as const;
+
+export interface StepJob {
+  operationId: string;
+  stepId: string;
+  kind: StepKind;
+  stepKey: string;
+  /** The step's generation when the wake-up was sent; a claim bumps it, so a stale job finds a newer generation and does nothing. */
+  generation: number;
+}
+export interface CompleteJob {
+  operationId: string;
+}
+export interface OutboxJob {
+  workspaceId: string;
+}
+export interface LaunchJob {
+  operationId: string;
+  taskId: string;
+  sessionId: string;
+}
+export interface AdmissionJob {
+  /** Principal the producer authenticated as (token ID); re-checked by Begin. */
+  tokenId: string;
+  body: unknown;
+}
+
+// BullMQ custom job IDs may not contain ':'.
+export const stepJobId = (stepId: string, generation: number): string => `step-${stepId}-g${generation}`;
+export const completeJobId = (operationId: string): string => `complete-${operationId}`;
+export const launchJobId = (operationId: string, sessionId: string): string => `launch-${operationId}-${sessionId}`;

@@ -1,0 +1,43 @@
+/**
+ * Process configuration from the environment (names and defaults: the public
+ * contract in docs and shared/design/API.md).
+ */
+import { resolve } from 'node:path';
+import { dbConfigFromEnv, type DbConfig } from '../db/config';
+
+export interface AppConfig {
+  db: DbConfig;
+  redisUrl: string;
+  port: number;
+  adminToken: string | null;
+  dataDir: string;
+  queuePrefix: string;
+  /** Step and compensation lease. Why 30 s: see DEFAULT_LEASE_MS. */
+  leaseMs: number;
+  /** Reaper sweep period. Why 5 s: a lost wake-up is healed within seconds while the sweep stays a few cheap indexed queries. */
+  sweepMs: number;
+  /** Git and provider call timeout. Why 15 s: local Git is milliseconds, provider APIs answer in under a second; 15 s fails a hung call well inside the lease. */
+  effectTimeoutMs: number;
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer (got "${raw}")`);
+  return n;
+}
+
+export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig {
+  return {
+    db: dbConfigFromEnv(env),
+    redisUrl: env.TASKLEDGER_REDIS_URL?.trim() || 'redis://127.0.0.1:6379',
+    port: int(env, 'TASKLEDGER_PORT', 8080),
+    adminToken: env.TASKLEDGER_ADMIN_TOKEN?.trim() || null,
+    dataDir: resolve(env.TASKLEDGER_DATA_DIR?.trim() || './.taskledger'),
+    queuePrefix: env.TASKLEDGER_QUEUE_PREFIX?.trim() || 'taskledger',
+    leaseMs: int(env, 'TASKLEDGER_LEASE_MS', 30_000),
+    sweepMs: int(env, 'TASKLEDGER_SWEEP_MS', 5_000),
+    effectTimeoutMs: int(env, 'TASKLEDGER_EFFECT_TIMEOUT_MS', 15_000),
+  };
+}

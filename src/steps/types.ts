@@ -1,0 +1,43 @@
+/**
+ * The contract every step kind implements (one file per kind under
+ * `src/steps/`). Handlers perform no untracked effect: they run only with a
+ * live StepClaim, do their I/O outside any SQL transaction with the step's
+ * idempotency key / ownership marker, and record the result only through
+ * Store methods (compare-and-set on the claim).
+ */
+import type { StepEvidence } from '../canonical/types';
+import type { Db } from '../db/tx';
+import type { StepKind, StepState } from '../domain/vocab';
+import type { Logger } from '../log';
+import type { ProviderRegistry } from '../providers/types';
+import type { StepClaim, StepRow } from '../store/types';
+
+export interface EffectDeps {
+  db: Db;
+  /** Absolute: worktrees, staged and claimed attachments live under it. */
+  dataDir: string;
+  providers: ProviderRegistry;
+  log: Logger;
+  /** Provider/Git call timeout. */
+  timeoutMs: number;
+}
+
+/** What observing the real world found for one step (used by recovery). */
+export interface Observation {
+  effect: 'present_exact' | 'absent_proven' | 'conflict';
+  evidence: StepEvidence;
+}
+
+export interface StepHandler<K extends StepKind = StepKind> {
+  readonly kind: K;
+  /**
+   * Performs the effect for a live claim and records the outcome through the
+   * Store (succeeded / armed, or failed / retry_wait / unknown with evidence).
+   * Returns the state it recorded. Throws only when it could not record at
+   * all (database down, stale claim): the lease then expires and the reaper
+   * turns the step `unknown`. `heartbeat` renews the lease during long I/O.
+   */
+  perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>): Promise<StepState>;
+  /** Observes the effect of an existing step without changing anything. */
+  observe(deps: EffectDeps, step: StepRow): Promise<Observation>;
+}
