@@ -24,4 +24,8 @@ export class GitRepository {
 
   @Column({ type: 'timestamp' })
   created_at!: Date;
+
+  /** GitHub `owner/repo` or GitLab project path; NULL when the repository has no provider remote. */
+  @Column({ type: 'varchar', length: 255, nullable: true })
+  remote_slug!: string | null;
 }

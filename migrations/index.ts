@@ -7,10 +7,12 @@ import { SetupAndAuthority1796169600000 } from './1796169600000-SetupAndAuthorit
 import { CreationLedger1796169660000 } from './1796169660000-CreationLedger';
 import { LiveTaskRows1796169720000 } from './1796169720000-LiveTaskRows';
 import { CleanupLaunchEvents1796169780000 } from './1796169780000-CleanupLaunchEvents';
+import { RepositoryRemoteSlug1796170200000 } from './1796170200000-RepositoryRemoteSlug';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
   CreationLedger1796169660000,
   LiveTaskRows1796169720000,
   CleanupLaunchEvents1796169780000,
+  RepositoryRemoteSlug1796170200000,
 ];

@@ -101,9 +101,13 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     `id:uuid workspace_id:uuid? principal_id:str200 role:str16 token_sha256:hash revision:int=1 revoked_at:ts? ${CREATED}`,
     { uniques: { uq_api_tokens_token_sha256: ['token_sha256'] }, in: { role: ['operator', 'member'] } },
   ),
-  t('repositories', `id:uuid workspace_id:uuid name:str200 path:str1024 default_branch:str255 ${CREATED}`, {
-    uniques: { uq_repositories_workspace_name: ['workspace_id', 'name'] },
-  }),
+  t(
+    'repositories',
+    `id:uuid workspace_id:uuid name:str200 path:str1024 default_branch:str255 ${CREATED} remote_slug:str255?`,
+    {
+      uniques: { uq_repositories_workspace_name: ['workspace_id', 'name'] },
+    },
+  ),
   t('agent_profiles', `id:uuid workspace_id:uuid name:str200 executor_kind:str32 executor_json:doc ${CREATED}`, {
     in: { executor_kind: ['local'] },
   }),

@@ -14,7 +14,7 @@ import { recreateDatabase } from '../../src/db/admin';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { EXPECTED_TABLES } from './expected-schema';
 import { DIALECT, openDataSource } from './helpers';
-import { MIGRATIONS_TABLE, readTables } from './introspect';
+import { MIGRATIONS_TABLE, readColumns, readTables } from './introspect';
 
 const sharedUrl = dbConfigFromEnv().url;
 const scratchUrl = (() => {
@@ -26,13 +26,17 @@ const scratchUrl = (() => {
 const dump = (url: string) => (DIALECT === 'postgres' ? dumpPostgres(url) : dumpMysql(url));
 const committedDump = () => readFile(DUMP_FILES[DIALECT], 'utf8');
 
-/** Tables created by the last migration (CleanupLaunchEvents). */
-const LAST_MIGRATION_TABLES = [
+/** Tables created by CleanupLaunchEvents, the migration before RepositoryRemoteSlug. */
+const CLEANUP_LAUNCH_EVENTS_TABLES = [
   'task_resource_cleanup_jobs',
   'task_launch_dispatch_claims',
   'archive_membership_barriers',
   'event_outbox',
 ];
+
+async function repositoryColumns(): Promise<string[]> {
+  return (await readColumns(ds)).filter((c) => c.table === 'repositories').map((c) => c.name);
+}
 
 let ds: DataSource;
 
@@ -73,11 +77,18 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // RepositoryRemoteSlug: down() drops exactly its column.
+    expect(await repositoryColumns()).toContain('remote_slug');
     await ds.undoLastMigration({ transaction: 'each' });
-    expect(await readTables(ds)).toEqual(all.filter((t) => !LAST_MIGRATION_TABLES.includes(t)));
+    expect(await readTables(ds)).toEqual(all);
+    expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
     expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 1);
 
-    for (let i = 1; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await readTables(ds)).toEqual(all.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 2);
+
+    for (let i = 2; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

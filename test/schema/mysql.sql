@@ -99,6 +99,7 @@ CREATE TABLE `repositories` (
   `path` varchar(1024) NOT NULL,
   `default_branch` varchar(255) NOT NULL,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `remote_slug` varchar(255) DEFAULT NULL,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_repositories_workspace_name` (`workspace_id`,`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

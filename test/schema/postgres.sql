@@ -147,7 +147,8 @@ CREATE TABLE public.repositories (
     name character varying(200) NOT NULL,
     path character varying(1024) NOT NULL,
     default_branch character varying(255) NOT NULL,
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    remote_slug character varying(255)
 );
 
 --
