@@ -1,0 +1,98 @@
+/**
+ * Task routes (`/api/v1`, any authenticated caller).
+ *
+ * POST /tasks[?wait_ms=N]  drives one creation through the injected
+ *   `createTask` (authorization, validation and the external-ID rules all
+ *   happen there, authorization first). Responses (companion notes §2):
+ *   done -> 200 {task, deduplicated, creation_complete, operation_id}:
+ *     Created (false, true), FoundSettled (true, true), FoundUnsettled
+ *     (true, false), CreatedIdentityLost (false, true, no `external_id`);
+ *   pending -> 202 {task, creation_complete: false, deduplicated: false, operation_id};
+ *   aborted -> 422 {error: "creation_aborted", cause}.
+ *   `wait_ms` is 0..120000 (default 15000).
+ * GET /tasks/:id  the task with creation state, placement, blockers, session
+ *   and launch state; 404 when absent or outside the caller's workspace.
+ */
+import type { FastifyPluginCallback } from 'fastify';
+import type { CreateTaskOutcome } from '../../coordinator/create-task';
+import type { BeginOutcome } from '../../domain/vocab';
+import { isUuid, mayRead, principalOf } from '../auth';
+import type { ApiDeps } from '../deps';
+import { creationAborted, notFound } from '../errors';
+import { readTaskDetail, taskBody } from '../task-detail';
+import { closed } from '../validation';
+
+/** Why 15 s: most creations finish in well under a second; 15 s covers slow Git and provider calls
+ *  while staying below common proxy timeouts. 120 s is the most a caller may ask for. */
+export const DEFAULT_WAIT_MS = 15_000;
+export const MAX_WAIT_MS = 120_000;
+
+/** The response flags of each outcome, exactly the companion notes' table. */
+const OUTCOME_FLAGS: Record<BeginOutcome, { deduplicated: boolean; creation_complete: boolean; external_id: boolean }> =
+  {
+    Created: { deduplicated: false, creation_complete: true, external_id: true },
+    FoundSettled: { deduplicated: true, creation_complete: true, external_id: true },
+    FoundUnsettled: { deduplicated: true, creation_complete: false, external_id: true },
+    CreatedIdentityLost: { deduplicated: false, creation_complete: true, external_id: false },
+  };
+
+const createQuery = closed({
+  wait_ms: { type: 'integer', minimum: 0, maximum: MAX_WAIT_MS, default: DEFAULT_WAIT_MS },
+});
+
+export function createResponse(result: CreateTaskOutcome): { status: number; body: Record<string, unknown> } {
+  if (result.status === 'aborted') throw creationAborted(result.operationId, result.abortCause);
+  if (result.status === 'pending') {
+    return {
+      status: 202,
+      body: {
+        task: taskBody(result.task, true),
+        deduplicated: false,
+        creation_complete: false,
+        operation_id: result.operationId,
+      },
+    };
+  }
+  const flags = OUTCOME_FLAGS[result.outcome];
+  return {
+    status: 200,
+    body: {
+      task: taskBody(result.task, flags.external_id),
+      deduplicated: flags.deduplicated,
+      creation_complete: flags.creation_complete,
+      operation_id: result.operationId,
+    },
+  };
+}
+
+export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
+  const { db, metrics } = deps;
+  return function routes(app, _opts, done): void {
+    app.post<{ Querystring: { wait_ms: number } }>(
+      '/tasks',
+      { schema: { querystring: createQuery } },
+      async (req, reply) => {
+        const principal = principalOf(req);
+        let result: CreateTaskOutcome;
+        try {
+          result = await deps.createTask(principal, req.body, { waitMs: req.query.wait_ms });
+        } catch (err) {
+          metrics.creations.inc({ outcome: 'error' });
+          throw err;
+        }
+        metrics.creations.inc({ outcome: result.status === 'done' ? result.outcome : result.status });
+        const { status, body } = createResponse(result);
+        return reply.status(status).send(body);
+      },
+    );
+
+    app.get<{ Params: { id: string } }>('/tasks/:id', async (req) => {
+      const principal = principalOf(req);
+      if (!isUuid(req.params.id)) throw notFound('task');
+      const task = await readTaskDetail(db, req.params.id);
+      if (!task || !mayRead(principal, task.workspace_id)) throw notFound('task');
+      return { task };
+    });
+    done();
+  };
+}

@@ -1,0 +1,86 @@
+/**
+ * Read models for tasks (plain autocommit reads, no transaction): the task
+ * view of `GET /tasks/:id` with placement, blockers, agent session and launch
+ * dispatch state, and the JSON shape of a task in create responses.
+ */
+import { bool, readRows, type Db } from '../db/tx';
+import { TASK_VIEW_COLUMNS, toTaskView } from '../store/task-view';
+import type { TaskView } from '../store/types';
+
+export interface TaskDetail extends TaskView {
+  lifecycle_state: string;
+  revision: number;
+  wip_admitted: boolean;
+  queued_for_step_id: string | null;
+  external_id_settled_at: Date | null;
+  updated_at: Date;
+  blocked_by: string[];
+  session: Record<string, unknown> | null;
+  launch: Record<string, unknown> | null;
+}
+
+type DetailRow = Omit<TaskView, 'creation_complete'> & {
+  lifecycle_state: string;
+  revision: number | string;
+  wip_admitted: unknown;
+  queued_for_step_id: string | null;
+  external_id_settled_at: Date | null;
+  updated_at: Date;
+};
+
+/** The task body of a create response; CreatedIdentityLost omits `external_id` (companion notes §2). */
+export function taskBody(task: TaskView, includeExternalId: boolean): Record<string, unknown> {
+  const body: Record<string, unknown> = { ...task };
+  if (!includeExternalId) delete body.external_id;
+  return body;
+}
+
+export async function readTaskDetail(db: Db, taskId: string): Promise<TaskDetail | null> {
+  const rows = await readRows<DetailRow>(
+    db,
+    `SELECT ${TASK_VIEW_COLUMNS}, lifecycle_state, revision, wip_admitted, queued_for_step_id, external_id_settled_at, updated_at
+       FROM tasks WHERE id = ?`,
+    [taskId],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const { lifecycle_state, revision, wip_admitted, queued_for_step_id, external_id_settled_at, updated_at, ...view } =
+    row;
+  const blockers = await readRows<{ blocker_task_id: string }>(
+    db,
+    'SELECT blocker_task_id FROM task_blockers WHERE task_id = ? ORDER BY blocker_task_id',
+    [taskId],
+  );
+  const sessions = await readRows<Record<string, unknown>>(
+    db,
+    `SELECT id, environment_id, executor_id, executor_profile_id, agent_profile_id, state, operation_id, created_at, updated_at
+       FROM task_sessions WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1`,
+    [taskId],
+  );
+  const launches = await readRows<Record<string, unknown>>(
+    db,
+    `SELECT id, session_id, creation_operation_id, state, generation, attempt, lifecycle_generation, error_code, created_at, updated_at
+       FROM task_launch_dispatch_claims WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1`,
+    [taskId],
+  );
+  const launch = launches[0]
+    ? {
+        ...launches[0],
+        generation: Number(launches[0].generation),
+        attempt: Number(launches[0].attempt),
+        lifecycle_generation: Number(launches[0].lifecycle_generation),
+      }
+    : null;
+  return {
+    ...toTaskView(view),
+    lifecycle_state,
+    revision: Number(revision),
+    wip_admitted: bool(wip_admitted),
+    queued_for_step_id,
+    external_id_settled_at,
+    updated_at,
+    blocked_by: blockers.map((b) => b.blocker_task_id),
+    session: sessions[0] ?? null,
+    launch,
+  };
+}
