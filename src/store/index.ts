@@ -17,4 +17,11 @@ export { completeTaskCreation, completeTaskCreationPhaseA, completeTaskCreationP
 export { abortTaskCreation, type AbortResult } from './abort';
 export { authenticateToken, tokenSha256, actorDocumentFor } from './actor';
 export { findByExternalId, getTaskView } from './task-view';
+export { applyWorkspaceAttachment } from './effects/workspace-attachment';
+export { applyAttachmentClaim, type AttachmentFileProblem } from './effects/attachment-claim';
+export { applySessionPrepare } from './effects/session-prepare';
+export { armExactLaunchIntent } from './effects/launch-intent';
+export { persistWorktreeMarker, recordFreshBranch, type FreshBranchProof } from './effects/fresh-branch';
+export { registerEffectVerifier, verifyEffectRowsLocked, type EffectVerifier } from './effects/verify';
+export type { EffectObservation, EffectOutcome } from './effects/recording';
 export type * from './types';

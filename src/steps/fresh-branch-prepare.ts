@@ -1,0 +1,313 @@
+/**
+ * `fresh_branch_prepare`: a Git worktree on a new branch at the planned base
+ * commit, at the path the plan builder derived (not carried in the request:
+ * recomputed here from the repository name and proven by
+ * `canonical_path_sha256`).
+ *
+ * perform, in order:
+ * 1. plain reads and read-only Git checks (no ledger write): repository row,
+ *    planned path, repository is a Git repository, base commit exists — any
+ *    of these failing is a permanent failure with `absent_proven` evidence;
+ * 2. `persistWorktreeMarker` (one transaction): the step's ownership marker
+ *    row is committed before any Git mutation;
+ * 3. outside any transaction: `git worktree add -b <branch> <path> <base>`,
+ *    then the marker file `taskledger-owner.json` in the worktree's own git
+ *    directory (the agent's checkout stays untouched). A worktree that is
+ *    already there is accepted only with this step's exact marker file (a
+ *    previous attempt got that far); anything else at the path or branch is
+ *    foreign: `unknown`, never deleted. A failed `git worktree add` that left
+ *    nothing behind is transient (`retry_wait`, `absent_proven`); one that
+ *    left something is ambiguous (`unknown`);
+ * 4. re-inspects (registered, on the branch, HEAD = base, marker) and records
+ *    success with `recordFreshBranch` (one transaction).
+ * A crash between `worktree add` and the marker-file write leaves a worktree
+ * without a marker: a retry then reports it `unknown` (ownership cannot be
+ * proven), by design.
+ *
+ * observe: exact row, marker row, registration, branch, HEAD and marker file
+ * -> present; no environment-repo row and no worktree, path or branch ->
+ * absent (the marker row alone proves nothing was mutated); else conflict.
+ */
+import { lstat, mkdir, readFile, realpath, rename, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { canonicalJson } from '../canonical/canonical-json';
+import type { FreshBranchPrepareRequest } from '../canonical/types';
+import { readRows, type Db } from '../db/tx';
+import { pathSha256, sanitizeRepoName, worktreePath } from '../plan/fresh-branch';
+import {
+  freshBranchObservation,
+  freshBranchRowSet,
+  persistWorktreeMarker,
+  readFreshBranchRows,
+  recordFreshBranch,
+  expectedMarker,
+  type FreshBranchRows,
+} from '../store/effects/fresh-branch';
+import {
+  ownerOf,
+  presentEvidenceOf,
+  requestOf,
+  rowSetEvidenceOf,
+  stepRequestOf,
+  type EffectOwner,
+  type ObservedRow,
+} from '../store/effects/recording';
+import { rowHash } from '../store/effects/row-documents';
+import { failTaskCreationStep } from '../store/step-results';
+import type { StepClaim, StepRow } from '../store/types';
+import {
+  absoluteGitDir,
+  addWorktree,
+  branchCommit,
+  commitExists,
+  currentBranch,
+  headCommit,
+  isGitRepository,
+  isLockContention,
+  listWorktrees,
+} from './git';
+import type { Observation, StepHandler } from './types';
+
+export const WORKTREE_MARKER_FILE = 'taskledger-owner.json';
+
+type Req = FreshBranchPrepareRequest;
+
+async function repositoryOf(db: Db, req: Req): Promise<{ path: string; name: string } | null> {
+  const rows = await readRows<{ path: string; name: string }>(
+    db,
+    'SELECT path, name FROM repositories WHERE id = ? AND workspace_id = ?',
+    [req.repository_id, req.workspace_id],
+  );
+  return rows[0] ?? null;
+}
+
+/** The path the plan builder chose: the sanitized name, or name-<id> on a collision; proven by its hash. */
+export function plannedWorktreePath(dataDir: string, req: Req, repoName: string): string | null {
+  const segment = sanitizeRepoName(repoName);
+  for (const s of [segment, `${segment}-${req.repository_id}`]) {
+    const p = worktreePath(dataDir, req.workspace_id, req.task_id, s);
+    if (pathSha256(p) === req.canonical_path_sha256) return p;
+  }
+  return null;
+}
+
+export function markerFileText(req: Req, owner: EffectOwner): string {
+  return canonicalJson({
+    base_commit: req.base_commit,
+    branch: req.branch,
+    marker_sha256: expectedMarker(req, owner).marker_sha256,
+    operation_id: owner.operation_id,
+    resource_key: req.resource_key,
+    step_id: owner.step_id,
+  });
+}
+
+interface GitState {
+  pathExists: boolean;
+  registered: boolean;
+  registeredBranch: string | null;
+  branchAt: string | null;
+  head: string | null;
+  checkedOut: string | null;
+  gitDir: string | null;
+  markerText: string | null;
+}
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await lstat(p);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+}
+
+async function inspect(repo: string, path: string, branch: string, timeoutMs: number): Promise<GitState> {
+  const pathExists = await exists(path);
+  const real = pathExists ? await realpath(path) : path;
+  const entry = (await listWorktrees(repo, timeoutMs)).find((w) => w.path === path || w.path === real);
+  const branchAt = await branchCommit(repo, branch, timeoutMs);
+  const live = entry !== undefined && pathExists;
+  const gitDir = live ? await absoluteGitDir(path, timeoutMs) : null;
+  const markerText = gitDir ? await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) : null;
+  return {
+    pathExists,
+    registered: entry !== undefined,
+    registeredBranch: entry?.branch ?? null,
+    branchAt,
+    head: live ? await headCommit(path, timeoutMs) : null,
+    checkedOut: live ? await currentBranch(path, timeoutMs) : null,
+    gitDir,
+    markerText,
+  };
+}
+
+const nothingThere = (g: GitState) => !g.pathExists && !g.registered && g.branchAt === null;
+
+function exact(g: GitState, req: Req, marker: string): boolean {
+  const ref = `refs/heads/${req.branch}`;
+  return (
+    g.registered &&
+    g.registeredBranch === ref &&
+    g.checkedOut === ref &&
+    g.head === req.base_commit &&
+    g.branchAt === req.base_commit &&
+    g.markerText === marker
+  );
+}
+
+/** The observed Git state as one evidence row (null hash: nothing there). */
+function gitRows(req: Req, g: GitState | null, dbRows: FreshBranchRows | null = null): ObservedRow[] {
+  const rows = freshBranchRowSet(req, dbRows).filter((r) => r.table !== 'git_worktrees');
+  const doc = g && {
+    path_exists: g.pathExists,
+    registered: g.registered,
+    registered_branch: g.registeredBranch,
+    branch_commit: g.branchAt,
+    head: g.head,
+    marker_file_sha256: g.markerText === null ? null : rowHash(g.markerText),
+  };
+  rows.push({ table: 'git_worktrees', key: req.resource_key, row_sha256: g && !nothingThere(g) ? rowHash(doc) : null });
+  return rows;
+}
+
+async function writeMarkerFile(gitDir: string, text: string): Promise<void> {
+  const target = join(gitDir, WORKTREE_MARKER_FILE);
+  const tmp = `${target}.${process.pid}.${Date.now()}.tmp`;
+  await writeFile(tmp, text, { flag: 'wx' });
+  await rename(tmp, target);
+}
+
+async function fail(
+  db: Db,
+  claim: StepClaim,
+  cls: 'permanent' | 'transient' | 'ambiguous',
+  code: string,
+  message: string,
+  rows: ObservedRow[],
+) {
+  const evidence = rowSetEvidenceOf(claim, cls === 'ambiguous' ? 'conflict' : 'absent_proven', message, rows);
+  return failTaskCreationStep(db, claim, { class: cls, code, message: message.slice(0, 2000), evidence });
+}
+
+async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepClaim, heartbeat: () => Promise<void>) {
+  const { db, timeoutMs } = deps;
+  const req = requestOf(claim, 'fresh_branch_prepare');
+  const owner = ownerOf(claim);
+  const none = gitRows(req, null);
+  const repo = await repositoryOf(db, req);
+  if (!repo) return fail(db, claim, 'permanent', 'repository_missing', 'the repository row is gone', none);
+  const path = plannedWorktreePath(deps.dataDir, req, repo.name);
+  if (path === null) {
+    return fail(
+      db,
+      claim,
+      'permanent',
+      'path_mismatch',
+      'no derivable worktree path hashes to canonical_path_sha256',
+      none,
+    );
+  }
+  if (!(await isGitRepository(repo.path, timeoutMs))) {
+    return fail(db, claim, 'permanent', 'not_a_repository', `${repo.path} is not a Git repository`, none);
+  }
+  if (!(await commitExists(repo.path, req.base_commit, timeoutMs))) {
+    return fail(
+      db,
+      claim,
+      'permanent',
+      'base_commit_missing',
+      `commit ${req.base_commit} is not in the repository`,
+      none,
+    );
+  }
+  await heartbeat();
+  const persisted = await persistWorktreeMarker(db, claim);
+  if (persisted !== 'persisted') return persisted.state;
+
+  const marker = markerFileText(req, owner);
+  let g = await inspect(repo.path, path, req.branch, timeoutMs);
+  if (nothingThere(g)) {
+    try {
+      await mkdir(dirname(path), { recursive: true });
+      await addWorktree(repo.path, path, req.branch, req.base_commit, timeoutMs);
+    } catch (err) {
+      const after = await inspect(repo.path, path, req.branch, timeoutMs);
+      const message = (err as Error).message;
+      if (nothingThere(after)) {
+        const code = isLockContention(err) ? 'git_lock_contention' : 'git_failed';
+        return fail(db, claim, 'transient', code, message, gitRows(req, after));
+      }
+      return fail(db, claim, 'ambiguous', 'git_failed', message, gitRows(req, after));
+    }
+    g = await inspect(repo.path, path, req.branch, timeoutMs);
+    if (!g.registered || g.gitDir === null || g.markerText !== null) {
+      return fail(db, claim, 'ambiguous', 'worktree_mismatch', 'the new worktree is not as created', gitRows(req, g));
+    }
+    await writeMarkerFile(g.gitDir, marker);
+  } else if (!(g.registered && g.markerText === marker)) {
+    return fail(
+      db,
+      claim,
+      'ambiguous',
+      'foreign_worktree',
+      "the path or branch exists without this step's marker",
+      gitRows(req, g),
+    );
+  }
+  await heartbeat();
+  g = await inspect(repo.path, path, req.branch, timeoutMs);
+  if (!exact(g, req, marker)) {
+    return fail(
+      db,
+      claim,
+      'ambiguous',
+      'worktree_mismatch',
+      'the worktree is not on the branch at the base commit',
+      gitRows(req, g),
+    );
+  }
+  const outcome = await recordFreshBranch(db, claim, { worktree_path: path, head_commit: g.head! });
+  return outcome.state;
+}
+
+async function observe(deps: Parameters<StepHandler['observe']>[0], step: StepRow): Promise<Observation> {
+  const req = stepRequestOf(step, 'fresh_branch_prepare');
+  const owner = ownerOf(step);
+  const conflict = (reason: string, rows: ObservedRow[]): Observation => ({
+    effect: 'conflict',
+    evidence: rowSetEvidenceOf(step, 'conflict', reason, rows),
+  });
+  const repo = await repositoryOf(deps.db, req);
+  const path = repo && plannedWorktreePath(deps.dataDir, req, repo.name);
+  if (!repo || !path) return conflict('the planned worktree path cannot be derived', gitRows(req, null));
+  const rows = await readFreshBranchRows(deps.db, step, path);
+  const set = (g: GitState | null) => gitRows(req, g, rows);
+  if (!(await isGitRepository(repo.path, deps.timeoutMs))) {
+    const gone = rows.envRepo === 'absent' && !(await exists(path));
+    return gone
+      ? {
+          effect: 'absent_proven',
+          evidence: rowSetEvidenceOf(step, 'absent_proven', 'repository and worktree are gone', set(null)),
+        }
+      : conflict('the repository is gone but worktree traces remain', set(null));
+  }
+  const g = await inspect(repo.path, path, req.branch, deps.timeoutMs);
+  if (rows.envRepo === 'ours' && rows.marker === 'ours' && exact(g, req, markerFileText(req, owner))) {
+    return { effect: 'present_exact', evidence: presentEvidenceOf(step, freshBranchObservation(req, owner, path)) };
+  }
+  if (rows.envRepo === 'absent' && nothingThere(g)) {
+    return {
+      effect: 'absent_proven',
+      evidence: rowSetEvidenceOf(step, 'absent_proven', 'no worktree, branch or row exists', set(g)),
+    };
+  }
+  return conflict('worktree, branch or rows are partial, changed or foreign', set(g));
+}
+
+export const freshBranchPrepareHandler: StepHandler<'fresh_branch_prepare'> = {
+  kind: 'fresh_branch_prepare',
+  perform,
+  observe,
+};

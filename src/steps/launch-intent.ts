@@ -1,0 +1,24 @@
+/**
+ * `launch_intent`: the retained step row is the intent. `perform` arms it
+ * with exact evidence (`intent_sha256` over operation, step and request;
+ * `dispatched: false`) through `armExactLaunchIntent`, which requires
+ * PreLaunchArmPredicate and proves, under lock, that no dispatch claim or
+ * runtime exists. Nothing is launched here: dispatch starts only after
+ * Complete. A stale claim or a false predicate propagates as a typed
+ * conflict with nothing written.
+ *
+ * observe (read-only): armed with this exact intent and no dispatch ->
+ * present; not armed and no dispatch -> absent; else conflict.
+ */
+import { armExactLaunchIntent, observeLaunchIntent } from '../store/effects/launch-intent';
+import type { StepHandler } from './types';
+
+export const launchIntentHandler: StepHandler<'launch_intent'> = {
+  kind: 'launch_intent',
+  async perform(deps, claim) {
+    return (await armExactLaunchIntent(deps.db, claim)).state;
+  },
+  observe(deps, step) {
+    return observeLaunchIntent(deps.db, step);
+  },
+};

@@ -1,0 +1,22 @@
+/**
+ * `session_prepare`: the prepared `task_sessions` row and its resource
+ * markers. Database only: `perform` runs `applySessionPrepare`, whose one
+ * transaction writes the rows and the step's outcome together, and refuses
+ * (`unknown`) when a runtime already exists for the session. A stale claim
+ * propagates as `ConflictError('stale_claim')` with nothing written.
+ *
+ * observe (read-only): exact session and marker rows with no runtime ->
+ * present; none of them and no runtime -> absent; else conflict.
+ */
+import { applySessionPrepare, observeSessionPrepare } from '../store/effects/session-prepare';
+import type { StepHandler } from './types';
+
+export const sessionPrepareHandler: StepHandler<'session_prepare'> = {
+  kind: 'session_prepare',
+  async perform(deps, claim) {
+    return (await applySessionPrepare(deps.db, claim)).state;
+  },
+  observe(deps, step) {
+    return observeSessionPrepare(deps.db, step);
+  },
+};

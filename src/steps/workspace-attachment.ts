@@ -1,0 +1,23 @@
+/**
+ * `workspace_attachment`: group membership, blocker edges and the shared
+ * environment binding of a new task. Database only: `perform` runs
+ * `applyWorkspaceAttachment`, whose one transaction writes the rows and the
+ * step's outcome together (so the rows exist exactly when the step is
+ * `succeeded`; there is no window for `unknown`). A stale claim propagates as
+ * `ConflictError('stale_claim')` with nothing written.
+ *
+ * observe (read-only): exact rows and references -> present; every row this
+ * step would own absent -> absent; partial, foreign or changed -> conflict.
+ */
+import { applyWorkspaceAttachment, observeWorkspaceAttachment } from '../store/effects/workspace-attachment';
+import type { StepHandler } from './types';
+
+export const workspaceAttachmentHandler: StepHandler<'workspace_attachment'> = {
+  kind: 'workspace_attachment',
+  async perform(deps, claim) {
+    return (await applyWorkspaceAttachment(deps.db, claim)).state;
+  },
+  observe(deps, step) {
+    return observeWorkspaceAttachment(deps.db, step);
+  },
+};

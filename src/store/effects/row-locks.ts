@@ -1,0 +1,86 @@
+/**
+ * Effect-row locks above the step tier, taken in global order.
+ *
+ * Contract: a `LockNeed` names one row (tier, table, canonical key) and the
+ * `WHERE` clause that selects it. `takeLocks(tx, needs)` sorts the needs the
+ * way the LockPlan orders them (tier, then `table:key`), drops duplicates,
+ * records each in the plan and runs its locking SELECT (`FOR UPDATE` or
+ * shared); a need the plan already holds runs no SQL. Locking a row that does
+ * not exist takes no lock: the caller's INSERT then meets the primary key, and
+ * its transaction restarts on that named unique violation (see
+ * `EFFECT_ROW_UNIQUES`). Never begins a transaction.
+ *
+ * `Reader` abstracts "run one SELECT" over a transaction (`txReader`) or an
+ * autocommit connection (`dbReader`), so the same row readers serve a Store
+ * transaction, Complete's verification and a worker's read-only observation.
+ */
+import type { Tier } from '../../db/lock-plan';
+import { readRows, type Db, type SqlParam, type Tx } from '../../db/tx';
+
+export interface LockNeed {
+  tier: Tier;
+  table: string;
+  /** Canonical primary key (the LockPlan key is `table:key`). */
+  key: string;
+  /** SQL condition selecting exactly this row, with `?` placeholders. */
+  where: string;
+  params: SqlParam[];
+  mode: 'update' | 'share';
+}
+
+export type Reader = <T = Record<string, unknown>>(sql: string, params?: SqlParam[]) => Promise<T[]>;
+
+export function txReader(tx: Tx): Reader {
+  return <T>(sql: string, params: SqlParam[] = []) => tx.rows<T>(sql, params);
+}
+
+export function dbReader(db: Db): Reader {
+  return <T>(sql: string, params: SqlParam[] = []) => readRows<T>(db, sql, params);
+}
+
+function planKey(n: LockNeed): string {
+  return `${n.table}:${n.key}`;
+}
+
+/** Sorted, de-duplicated copy of `needs`, in the order the LockPlan accepts. */
+export function orderLocks(needs: readonly LockNeed[]): LockNeed[] {
+  const seen = new Map<string, LockNeed>();
+  for (const n of needs) {
+    const id = `${n.tier}|${planKey(n)}`;
+    const prev = seen.get(id);
+    // One row wanted both ways: the exclusive lock covers the shared one.
+    if (!prev || (prev.mode === 'share' && n.mode === 'update')) seen.set(id, n);
+  }
+  return [...seen.values()].sort((a, b) => {
+    if (a.tier !== b.tier) return a.tier - b.tier;
+    const ka = planKey(a);
+    const kb = planKey(b);
+    return ka < kb ? -1 : ka > kb ? 1 : 0;
+  });
+}
+
+export async function takeLocks(tx: Tx, needs: readonly LockNeed[]): Promise<void> {
+  for (const n of orderLocks(needs)) {
+    if (tx.lockRow(n.tier, n.table, n.key) === 'held') continue;
+    await tx.rows(
+      `SELECT 1 AS locked FROM ${n.table} WHERE ${n.where} ${n.mode === 'update' ? 'FOR UPDATE' : tx.forShare}`,
+      n.params,
+    );
+  }
+}
+
+/**
+ * Unique constraints an effect INSERT can meet when a concurrent transaction
+ * inserted the same key first: the command restarts from tier 1 and re-reads
+ * the winner (MySQL names every primary key `PRIMARY`).
+ */
+export const EFFECT_ROW_UNIQUES = [
+  'PRIMARY',
+  'pk_workspace_group_members',
+  'pk_task_blockers',
+  'pk_task_environment_bindings',
+  'pk_task_environment_repos',
+  'uq_task_environment_repos_environment_repository',
+  'pk_task_sessions',
+  'pk_task_resource_markers',
+] as const;

@@ -1,0 +1,286 @@
+/**
+ * ApplySessionPrepare: the `session_prepare` effect and its success, in one
+ * transaction; plus its read-only observation and Complete's verifier.
+ *
+ * Locks, in order: workspace 1, operation 4.2, task 5.2, identity 6, steps 7
+ * (`lockClaimedLocked`); the session row (9, FOR UPDATE); its
+ * `executors_running` row by session (10, shared); the task environment
+ * (11.1, shared); one resource marker per resource key (14, FOR UPDATE,
+ * ascending key).
+ * States: step `running -> succeeded`, inserting the `task_sessions` row
+ * (state `prepared`, owned by `(operation_id, step_id)`) and one
+ * `task_resource_markers` row per resource key (kind `session`, marker =
+ * domain hash of operation, step and key). Otherwise nothing but the step is
+ * written: a runtime row for the session or a foreign session/marker row ->
+ * `unknown` (`conflict`); the task environment gone -> `failed`
+ * (`absent_proven`). No event.
+ */
+import { canonicalJson } from '../../canonical/canonical-json';
+import type { SessionPrepareRequest } from '../../canonical/types';
+import { TIER } from '../../db/lock-plan';
+import { runTransaction, type Db, type Tx } from '../../db/tx';
+import { lockClaimedLocked } from '../claimed';
+import type { StepClaim, StepRow } from '../types';
+import {
+  effectMismatch,
+  failWithRowsLocked,
+  ownerOf,
+  presentEvidenceOf,
+  recordSuccessLocked,
+  requestOf,
+  resourceMarkerSha256,
+  rowSetEvidenceOf,
+  stepRequestOf,
+  type EffectObservation,
+  type EffectOutcome,
+  type EffectOwner,
+  type ObservedRow,
+} from './recording';
+import {
+  readEnvironment,
+  readMarker,
+  readSession,
+  rowHash,
+  runtimeExists,
+  sameRow,
+  type MarkerDoc,
+  type SessionDoc,
+} from './row-documents';
+import { dbReader, EFFECT_ROW_UNIQUES, takeLocks, txReader, type LockNeed, type Reader } from './row-locks';
+
+type Req = SessionPrepareRequest;
+
+interface Expected {
+  session: SessionDoc;
+  markers: MarkerDoc[];
+}
+
+export function expectedSessionRows(req: Req, owner: EffectOwner): Expected {
+  return {
+    session: {
+      id: req.session_id,
+      task_id: req.task_id,
+      workspace_id: req.workspace_id,
+      environment_id: req.task_environment_id,
+      executor_id: req.executor_id,
+      executor_profile_id: req.executor_profile_id,
+      agent_profile_id: req.agent_profile_id,
+      launch_config_sha256: req.launch_config_sha256,
+      state: 'prepared',
+      ...owner,
+    },
+    markers: req.resource_keys.map((k) => ({
+      resource_key: k,
+      workspace_id: req.workspace_id,
+      task_id: req.task_id,
+      ...owner,
+      kind: 'session',
+      marker_sha256: resourceMarkerSha256(owner.operation_id, owner.step_id, k),
+    })),
+  };
+}
+
+type Presence = 'absent' | 'ours' | 'foreign';
+const presence = (actual: unknown, expected: unknown): Presence =>
+  actual === null ? 'absent' : sameRow(actual, expected) ? 'ours' : 'foreign';
+
+interface World {
+  session: SessionDoc | null;
+  markers: (MarkerDoc | null)[];
+  runtime: boolean;
+  environmentOk: boolean;
+}
+
+async function readWorld(read: Reader, req: Req, exp: Expected): Promise<World> {
+  const session = await readSession(read, req.session_id);
+  const runtime = await runtimeExists(read, req.session_id);
+  const env = await readEnvironment(read, req.task_environment_id);
+  const markers: (MarkerDoc | null)[] = [];
+  for (const m of exp.markers) markers.push(await readMarker(read, m.resource_key));
+  const environmentOk =
+    env !== null && env.workspace_id === req.workspace_id && env.task_id === req.task_id && env.kind === 'task';
+  return { session, markers, runtime, environmentOk };
+}
+
+function ownRows(exp: Expected, w: World): { row: ObservedRow; p: Presence }[] {
+  return [
+    {
+      row: { table: 'task_sessions', key: exp.session.id, row_sha256: w.session && rowHash(w.session) },
+      p: presence(w.session, exp.session),
+    },
+    ...exp.markers.map((m, i) => {
+      const a = w.markers[i] ?? null;
+      return {
+        row: { table: 'task_resource_markers', key: m.resource_key, row_sha256: a && rowHash(a) },
+        p: presence(a, m),
+      };
+    }),
+  ];
+}
+
+function observationOf(exp: Expected) {
+  return {
+    session_row_sha256: rowHash(exp.session),
+    resource_markers: exp.markers.map((m) => ({ resource_key: m.resource_key, marker_sha256: m.marker_sha256 })),
+    runtime_absent: true,
+  };
+}
+
+function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
+  const own = exclusive ? 'update' : 'share';
+  return [
+    {
+      tier: TIER.SESSION,
+      table: 'task_sessions',
+      key: req.session_id,
+      where: 'id = ?',
+      params: [req.session_id],
+      mode: own,
+    },
+    {
+      tier: TIER.RUNTIME,
+      table: 'executors_running',
+      key: `session:${req.session_id}`,
+      where: 'session_id = ?',
+      params: [req.session_id],
+      mode: 'share',
+    },
+    {
+      tier: TIER.ENVIRONMENT,
+      table: 'task_environments',
+      key: req.task_environment_id,
+      where: 'id = ?',
+      params: [req.task_environment_id],
+      mode: 'share',
+    },
+    ...req.resource_keys.map((k): LockNeed => ({
+      tier: TIER.MARKER,
+      table: 'task_resource_markers',
+      key: k,
+      where: 'resource_key = ?',
+      params: [k],
+      mode: own,
+    })),
+  ];
+}
+
+export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<EffectOutcome> {
+  const req = requestOf(claim, 'session_prepare');
+  const exp = expectedSessionRows(req, ownerOf(claim));
+  return runTransaction(
+    db,
+    'ApplySessionPrepare',
+    async (tx) => {
+      const ctx = await lockClaimedLocked(tx, claim);
+      await takeLocks(tx, lockNeeds(req, true));
+      const read = txReader(tx);
+      const w = await readWorld(read, req, exp);
+      const own = ownRows(exp, w);
+      const rows = own.map((r) => r.row);
+      if (w.runtime) {
+        const runtimeRow = { table: 'executors_running', key: req.session_id, row_sha256: null };
+        return failWithRowsLocked(tx, ctx, claim, 'ambiguous', 'runtime_present', 'a runtime exists for the session', [
+          ...rows,
+          runtimeRow,
+        ]);
+      }
+      if (own.some((r) => r.p === 'foreign')) {
+        return failWithRowsLocked(
+          tx,
+          ctx,
+          claim,
+          'ambiguous',
+          'foreign_row',
+          'a session or marker row is held by someone else',
+          rows,
+        );
+      }
+      if (!w.environmentOk) {
+        const cls = own.every((r) => r.p === 'absent') ? 'permanent' : 'ambiguous';
+        const envRow = { table: 'task_environments', key: req.task_environment_id, row_sha256: null };
+        return failWithRowsLocked(tx, ctx, claim, cls, 'environment_missing', 'the task environment is gone', [
+          ...rows,
+          envRow,
+        ]);
+      }
+      if (w.session === null) {
+        const s = exp.session;
+        await tx.exec(
+          `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
+                                      launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now}, ${tx.now})`,
+          [
+            s.id,
+            s.task_id,
+            s.workspace_id,
+            s.environment_id,
+            s.executor_id,
+            s.executor_profile_id,
+            s.agent_profile_id,
+            s.launch_config_sha256,
+            s.state,
+            s.operation_id,
+            s.step_id,
+          ],
+        );
+      }
+      for (const [i, m] of exp.markers.entries()) {
+        if (w.markers[i]) continue;
+        await tx.exec(
+          `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
+          [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
+        );
+      }
+      const after = await readWorld(read, req, exp);
+      if (ownRows(exp, after).some((r) => r.p !== 'ours')) throw new Error('session rows did not read back exactly');
+      return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(exp)));
+    },
+    { restartOnUnique: EFFECT_ROW_UNIQUES },
+  );
+}
+
+/** Read-only: exact rows and no runtime -> present; all absent and no runtime -> absent; else conflict. */
+export async function observeSessionPrepare(db: Db, step: StepRow): Promise<EffectObservation> {
+  const req = stepRequestOf(step, 'session_prepare');
+  const exp = expectedSessionRows(req, ownerOf(step));
+  const w = await readWorld(dbReader(db), req, exp);
+  const own = ownRows(exp, w);
+  if (!w.runtime && own.every((r) => r.p === 'ours')) {
+    return { effect: 'present_exact', evidence: presentEvidenceOf(step, observationOf(exp)) };
+  }
+  const rows = own.map((r) => r.row);
+  if (!w.runtime && own.every((r) => r.p === 'absent')) {
+    return {
+      effect: 'absent_proven',
+      evidence: rowSetEvidenceOf(step, 'absent_proven', 'no session row or marker exists', rows),
+    };
+  }
+  const reason = w.runtime ? 'a runtime exists for the session' : 'session rows are partial or foreign';
+  return { effect: 'conflict', evidence: rowSetEvidenceOf(step, 'conflict', reason, rows) };
+}
+
+export function sessionPrepareLocks(step: StepRow): LockNeed[] {
+  return lockNeeds(stepRequestOf(step, 'session_prepare'), false);
+}
+
+export async function verifySessionPrepareLocked(
+  tx: Tx,
+  step: StepRow,
+  evidence: { observation: Record<string, unknown> },
+): Promise<void> {
+  const req = stepRequestOf(step, 'session_prepare');
+  const exp = expectedSessionRows(req, ownerOf(step));
+  await takeLocks(tx, sessionPrepareLocks(step));
+  const w = await readWorld(txReader(tx), req, exp);
+  const bad = ownRows(exp, w).find((r) => r.p !== 'ours');
+  if (bad)
+    throw effectMismatch(
+      step,
+      `${bad.row.table} ${bad.row.key} is ${bad.p === 'absent' ? 'missing' : 'not the recorded row'}`,
+    );
+  if (w.runtime) throw effectMismatch(step, 'a runtime exists for the session before Complete');
+  if (canonicalJson(observationOf(exp)) !== canonicalJson(evidence.observation)) {
+    throw effectMismatch(step, 'evidence does not repeat the session rows byte-exactly');
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * Complete's byte-equivalence of effect rows: a registry of one verifier per
+ * step kind. Never begins a transaction.
+ *
+ * Contract:
+ * - `registerEffectVerifier(kind, verifier)` installs (or replaces) the
+ *   verifier of a kind. The five database/Git kinds are built in;
+ *   `remote_contribution_associate` is registered by its own module
+ *   (`./remote-contribution.ts`), which the process must import. A succeeded
+ *   or armed step whose kind has no verifier fails closed with
+ *   `evidence_mismatch`.
+ * - A verifier re-derives the step's effect rows from its stored request and
+ *   owner, re-reads them and throws `ConflictError('evidence_mismatch')` if
+ *   any row or any hash in the evidence differs. Its optional `locks` names
+ *   the rows (tiers > 7) it reads, so that
+ * - `verifyAllEffectRowsLocked(tx, steps, extra)` can take every step's
+ *   locks (plus `extra`) in one ascending global order first, then run the
+ *   verifiers, whose own lock requests are then no-ops (already held).
+ * - `verifyEffectRowsLocked(tx, step, evidence)` verifies one step alone.
+ * Runs after the Complete predicate, under Complete's locks (1..7).
+ */
+import { parseCanonical } from '../../canonical/canonical-json';
+import type { StepEvidence } from '../../canonical/types';
+import { validateStepEvidence } from '../../canonical/validate';
+import type { StepKind } from '../../domain/vocab';
+import type { Tx } from '../../db/tx';
+import type { StepRow } from '../types';
+import { attachmentClaimLocks, verifyAttachmentClaimLocked } from './attachment-claim';
+import { freshBranchLocks, verifyFreshBranchLocked } from './fresh-branch';
+import { launchIntentLocks, verifyLaunchIntentLocked } from './launch-intent';
+import { effectMismatch } from './recording';
+import { takeLocks, type LockNeed } from './row-locks';
+import { sessionPrepareLocks, verifySessionPrepareLocked } from './session-prepare';
+import { verifyWorkspaceAttachmentLocked, workspaceAttachmentLocks } from './workspace-attachment';
+
+export type { LockNeed } from './row-locks';
+
+export interface EffectVerifier {
+  /** Rows above tier 7 the verifier reads; taken for all steps at once, in global order. */
+  locks?: (step: StepRow, evidence: StepEvidence) => LockNeed[];
+  verify: (tx: Tx, step: StepRow, evidence: StepEvidence) => Promise<void>;
+}
+
+const registry = new Map<StepKind, EffectVerifier>([
+  ['workspace_attachment', { locks: workspaceAttachmentLocks, verify: verifyWorkspaceAttachmentLocked }],
+  ['attachment_claim', { locks: attachmentClaimLocks, verify: verifyAttachmentClaimLocked }],
+  ['fresh_branch_prepare', { locks: freshBranchLocks, verify: verifyFreshBranchLocked }],
+  ['session_prepare', { locks: sessionPrepareLocks, verify: verifySessionPrepareLocked }],
+  ['launch_intent', { locks: launchIntentLocks, verify: verifyLaunchIntentLocked }],
+]);
+
+export function registerEffectVerifier(kind: StepKind, verifier: EffectVerifier | EffectVerifier['verify']): void {
+  registry.set(kind, typeof verifier === 'function' ? { verify: verifier } : verifier);
+}
+
+function verifierOf(step: StepRow): EffectVerifier {
+  const v = registry.get(step.kind);
+  if (!v) throw effectMismatch(step, `no effect verifier is registered for ${step.kind}`);
+  return v;
+}
+
+function storedEvidence(step: StepRow): StepEvidence {
+  if (step.evidence_json === null) throw effectMismatch(step, 'no evidence is stored');
+  try {
+    return validateStepEvidence(parseCanonical(step.evidence_json), {
+      kind: step.kind,
+      step_key: step.step_key,
+      request_sha256: step.request_sha256,
+    });
+  } catch (err) {
+    throw effectMismatch(step, `stored evidence is invalid (${(err as Error).message})`);
+  }
+}
+
+export async function verifyEffectRowsLocked(tx: Tx, step: StepRow, evidence: StepEvidence): Promise<void> {
+  const v = verifierOf(step);
+  if (evidence.effect !== 'present_exact') throw effectMismatch(step, `evidence is ${evidence.effect}`);
+  if (v.locks) await takeLocks(tx, v.locks(step, evidence));
+  await v.verify(tx, step, evidence);
+}
+
+/** Every succeeded/armed step's effect rows, locks first in one global order. */
+export async function verifyAllEffectRowsLocked(
+  tx: Tx,
+  steps: readonly StepRow[],
+  extraLocks: readonly LockNeed[] = [],
+): Promise<void> {
+  const work = steps
+    .filter((s) => s.state === 'succeeded' || s.state === 'armed')
+    .map((step) => ({ step, evidence: storedEvidence(step), verifier: verifierOf(step) }));
+  const needs: LockNeed[] = [...extraLocks];
+  for (const w of work) {
+    if (w.evidence.effect !== 'present_exact') throw effectMismatch(w.step, `evidence is ${w.evidence.effect}`);
+    if (w.verifier.locks) needs.push(...w.verifier.locks(w.step, w.evidence));
+  }
+  await takeLocks(tx, needs);
+  for (const w of work) await w.verifier.verify(tx, w.step, w.evidence);
+}
