@@ -7,7 +7,11 @@
  * `present_exact` evidence whose RFC 8785 bytes re-hash to `evidence_sha256`
  * and name the step; nothing to compensate; a launch intent exactly when the
  * start policy is `immediate`, and then `armed` with exact evidence; and the
- * rows Begin inserted are byte-equivalent to the manifest's `database_rows`.
+ * rows Begin inserted are byte-equivalent to the manifest's `database_rows`;
+ * and every succeeded/armed step's effect rows are byte-equivalent to its
+ * evidence (`verifyCompletePredicateLocked`, through the registry in
+ * `effects/verify.ts`: tiers 8..15, shared, one ascending order, including the
+ * planned task environments 11.1 that `verifyPlannedRowsLocked` then re-reads).
  */
 import { parseCanonical } from '../canonical/canonical-json';
 import { evidenceHash, rowHash } from '../canonical/hash';
@@ -16,6 +20,7 @@ import { validateStepEvidence } from '../canonical/validate';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
+import { verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
 import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
 import type { StepRow } from './types';
 
@@ -67,6 +72,22 @@ export function verifyCompletePredicate(steps: StepRow[], plan: CreationPlan): v
       fail(`step ${step.kind}/${step.step_key} is ${step.state}, not ${wanted}`, { step_id: step.id });
     verifyStoredEvidence(step);
   }
+}
+
+/** The Complete predicate plus byte-equivalence of every step's effect rows. */
+export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], plan: CreationPlan): Promise<void> {
+  verifyCompletePredicate(steps, plan);
+  const plannedEnvironments: LockNeed[] = plan.database_rows
+    .filter((r) => r.table === 'task_environments')
+    .map((r) => ({
+      tier: TIER.ENVIRONMENT,
+      table: 'task_environments',
+      key: r.key,
+      where: 'id = ?',
+      params: [r.key],
+      mode: 'share',
+    }));
+  await verifyAllEffectRowsLocked(tx, steps, plannedEnvironments);
 }
 
 /**

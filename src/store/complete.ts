@@ -17,7 +17,7 @@ import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../db/tx';
-import { verifyCompletePredicate, verifyPlannedRowsLocked } from './complete-verify';
+import { verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
 import { lockStepsLocked } from './step-rows';
 import type { CompleteResult, OperationAuthority } from './types';
@@ -58,7 +58,7 @@ async function lockAndVerifyLocked(
     });
   }
   const steps = await lockStepsLocked(tx, op.id);
-  verifyCompletePredicate(steps, plan);
+  await verifyCompletePredicateLocked(tx, steps, plan);
   await verifyPlannedRowsLocked(tx, plan);
   return { op, plan, task };
 }
