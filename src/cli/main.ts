@@ -22,6 +22,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     return migrateCommand(args);
   }
 
+  if (command === 'start') {
+    const { startCommand } = await import('./start');
+    return startCommand(args);
+  }
+
   const listed = COMMANDS.find((c) => c.name === command);
   if (listed && !listed.available) {
     console.error(notYetAvailable(listed));

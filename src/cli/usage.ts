@@ -24,7 +24,7 @@ export const COMMANDS: readonly CommandInfo[] = [
     name: 'start',
     synopsis: 'start [--roles api,admission,steps,complete,reaper,outbox,launch,cleanup]',
     summary: 'runs those roles in this process (all by default)',
-    available: false,
+    available: true,
   },
   {
     name: 'demo',

@@ -24,4 +24,8 @@ export interface CreateTaskOptions {
   waitMs?: number;
 }
 
-export type CreateTaskFn = (principal: Principal, body: unknown, options?: CreateTaskOptions) => Promise<CreateTaskOutcome>;
+export type CreateTaskFn = (
+  principal: Principal,
+  body: unknown,
+  options?: CreateTaskOptions,
+) => Promise<CreateTaskOutcome>;

@@ -21,6 +21,8 @@ import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
 import { verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
+// Registers the remote-contribution verifier (its module owns the row document).
+import './effects/remote-contribution';
 import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
 import type { StepRow } from './types';
 

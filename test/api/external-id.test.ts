@@ -136,7 +136,7 @@ describe('release', () => {
       204,
     );
     const auth = { kind: 'handle' as const, handle: res.handle! };
-    await driveAllSteps(t.db, auth, res.operationId);
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
     const done = await completeTaskCreation(t.db, auth);
     expect(done.outcome).toBe('CreatedIdentityLost');
     const events = await sql<{ payload_json: string }>(
@@ -151,7 +151,7 @@ describe('release', () => {
     const ws = await seedWorkspace(t.db);
     const res = await begin(t.db, ws, { external_id: 'done-1' });
     const auth = { kind: 'handle' as const, handle: res.handle! };
-    await driveAllSteps(t.db, auth, res.operationId);
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
     await completeTaskCreation(t.db, auth);
     const settled = await call(api.app, 'GET', lookupUrl(ws.workspaceId, 'done-1'), { token: ws.token });
     expect(settled.body.creation_complete).toBe(true);

@@ -153,6 +153,12 @@ describe('taskledger command dispatch', () => {
     expect(await runMain(['--help'])).toEqual(res);
   });
 
+  it('start refuses an unknown role with exit 2 before connecting to anything', async () => {
+    const res = await runMain(['start', '--roles', 'steps,frobnicate']);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('unknown role "frobnicate"');
+  });
+
   it('no command prints usage and exits 2', async () => {
     const res = await runMain([]);
     expect(res.code).toBe(2);
@@ -160,7 +166,7 @@ describe('taskledger command dispatch', () => {
   });
 
   it('a listed command that has not landed yet exits 2 and says so', async () => {
-    for (const command of ['start', 'demo', 'ops', 'verify', 'bench']) {
+    for (const command of ['demo', 'ops', 'verify', 'bench']) {
       const res = await runMain([command, '--roles', 'api']);
       expect(res.code).toBe(2);
       expect(res.stderr).toContain(`taskledger ${command}: not yet available`);

@@ -66,7 +66,7 @@ describe('BeginTaskCreation outcomes', () => {
     expect(await writes(t.db, ws.workspaceId)).toEqual(before);
 
     const auth = { kind: 'handle' as const, handle: first.handle! };
-    await driveAllSteps(t.db, auth, first.operationId);
+    await driveAllSteps(t.db, auth, first.operationId, ws.dataDir);
     await completeTaskCreation(t.db, auth);
     const settled = await begin(t.db, ws, { external_id: '  webhook-7  ' });
     expect(settled.outcome).toBe('FoundSettled');

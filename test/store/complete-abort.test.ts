@@ -5,7 +5,9 @@
  * cannot Complete or Abort. Runs on PostgreSQL and MySQL/MariaDB.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
+import { stageAttachmentFiles } from '../steps/support';
 import { abortTaskCreation } from '../../src/store/abort';
 import { claimTaskCreationCompensation, completeTaskCreationCompensation } from '../../src/store/compensation';
 import { completeTaskCreation, completeTaskCreationPhaseA, completeTaskCreationPhaseB } from '../../src/store/complete';
@@ -18,9 +20,24 @@ import { begin, driveAllSteps, expectTyped, snapshot, stepRows } from '../suppor
 import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
+let provider: FakeProviderServer;
+beforeAll(async () => {
+  provider = await startFakeProviderServer();
+  provider.addPullRequest('acme/app', 9);
+});
+afterAll(async () => {
+  await provider?.close();
+});
 
+/** A workspace whose attachments have real staged files and whose repository and connection point at the fake provider. */
 async function created(body: Record<string, unknown> = {}) {
   const ws = await seedWorkspace(t.db);
+  await stageAttachmentFiles(t.db, ws);
+  await sql(t.db, 'UPDATE repositories SET remote_slug = ? WHERE id = ?', ['acme/app', ws.repositoryId]);
+  await sql(t.db, 'UPDATE provider_connections SET base_url = ? WHERE id = ?', [
+    provider.githubBaseUrl,
+    ws.connectionId,
+  ]);
   const res = await begin(t.db, ws, {
     external_id: `ext-${randomUUID()}`,
     start_agent: true,
@@ -55,7 +72,7 @@ describe('CompleteTaskCreation', () => {
 
   it('commits phase A then phase B: one task.created, revision one, settled ID; replays without writing', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     const result = await completeTaskCreation(t.db, c.auth);
     expect(result).toMatchObject({ outcome: 'Created', revision: 1, replayed: false });
     const [task] = await sql<{ creation_state: string; external_id_settled_at: Date | null; revision: number }>(
@@ -91,7 +108,7 @@ describe('CompleteTaskCreation', () => {
 
   it('a crash between phase A and phase B is finished by a recovery actor without the handle', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     expect(await completeTaskCreationPhaseA(t.db, c.auth)).toBe('completing');
     const [mid] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
       c.res.operationId,
@@ -112,7 +129,7 @@ describe('CompleteTaskCreation', () => {
 
   it('concurrent Completes write exactly one task.created', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     const results = await Promise.allSettled(Array.from({ length: 4 }, () => completeTaskCreation(t.db, c.auth)));
     const ok = results
       .filter((r) => r.status === 'fulfilled')
@@ -124,7 +141,7 @@ describe('CompleteTaskCreation', () => {
 
   it('reports CreatedIdentityLost when the external ID was released before Complete', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     await sql(t.db, 'UPDATE tasks SET external_id = NULL WHERE id = ?', [c.res.task.id]);
     await sql(
       t.db,
@@ -151,7 +168,7 @@ describe('tampering cannot Complete or Abort', () => {
 
   it.each(handleMutations)('a mutated handle (%s) gets handle_mismatch with zero writes', async (_n, mutate) => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     const before = await c.snap();
     const bad: OperationAuthority = {
       kind: 'handle',
@@ -176,7 +193,7 @@ describe('tampering cannot Complete or Abort', () => {
 
   it.each(rowMutations)('a mutated %s stops Complete and Abort', async (_n, table, set) => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     await sql(t.db, `UPDATE ${table} SET ${set} WHERE id = ?`, [c.res.operationId]);
     const before = await c.snap();
     await expectTyped(completeTaskCreation(t.db, c.auth), 'handle_mismatch');
@@ -192,7 +209,7 @@ describe('tampering cannot Complete or Abort', () => {
     ['evidence hash', "evidence_sha256 = '" + '1'.repeat(64) + "'"],
   ])('a mutated step %s cannot Complete (evidence_mismatch, zero writes)', async (_n, set) => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     await sql(t.db, `UPDATE task_creation_steps SET ${set} WHERE operation_id = ? AND kind = 'session_prepare'`, [
       c.res.operationId,
     ]);
@@ -203,7 +220,7 @@ describe('tampering cannot Complete or Abort', () => {
 
   it('a mutated task row (byte-equivalence with the manifest) cannot Complete', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     await sql(t.db, "UPDATE tasks SET title = 'changed behind the ledger' WHERE id = ?", [c.res.task.id]);
     const before = await c.snap();
     await expectTyped(completeTaskCreation(t.db, c.auth), 'evidence_mismatch');
@@ -212,7 +229,7 @@ describe('tampering cannot Complete or Abort', () => {
 
   it('a revoked caller token invalidates the handle', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     await sql(t.db, 'UPDATE api_tokens SET revision = revision + 1 WHERE id = ?', [c.ws.member.authority_id]);
     await expectTyped(completeTaskCreation(t.db, c.auth), 'handle_mismatch');
   });
@@ -337,7 +354,7 @@ describe('compensation, transfer and Abort', () => {
 
   it('Abort never cancels an armed launch intent', async () => {
     const c = await created();
-    await driveAllSteps(t.db, c.auth, c.res.operationId);
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     const before = await c.snap();
     const err = await abortTaskCreation(t.db, c.auth, 'cancel').catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'creation_state_conflict' });

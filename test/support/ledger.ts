@@ -4,12 +4,15 @@
  */
 import { expect } from 'vitest';
 import type { Db } from '../../src/db/tx';
+import type { StepKind } from '../../src/domain/vocab';
+import { silentLogger } from '../../src/log';
+import { createProviderRegistry } from '../../src/providers/registry';
+import { defaultStepHandlers } from '../../src/steps/index';
+import type { StepHandler } from '../../src/steps/types';
 import { beginTaskCreation } from '../../src/store/begin';
-import { armLaunchIntent, completeTaskCreationStep } from '../../src/store/step-results';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { BeginResult, OperationAuthority, Principal } from '../../src/store/types';
 import { sql } from './db';
-import { presentEvidence } from './evidence';
 import type { SeededWorkspace } from './seed';
 
 export async function begin(
@@ -41,21 +44,34 @@ export async function stepRows(db: Db, operationId: string) {
   );
 }
 
-/** Claims and records success for every step (launch intent last, armed). */
+/**
+ * Claims every step and performs it with the real handlers (launch intent
+ * last), the way a step worker would. `dataDir` must be the one the plan was
+ * built with (worktree paths derive from it).
+ */
 export async function driveAllSteps(
   db: Db,
   auth: OperationAuthority,
   operationId: string,
+  dataDir: string,
   owner = 'worker-1',
 ): Promise<void> {
+  const deps = {
+    db,
+    dataDir,
+    providers: createProviderRegistry({ timeoutMs: 5000 }),
+    log: silentLogger(),
+    timeoutMs: 5000,
+  };
   const rows = await stepRows(db, operationId);
-  for (const row of rows.filter((r) => r.kind !== 'launch_intent')) {
-    const claim = await claimTaskCreationStep(db, auth, { kind: row.kind as never, stepKey: row.step_key }, owner);
-    await completeTaskCreationStep(db, claim, { evidence: presentEvidence(claim) });
-  }
-  for (const row of rows.filter((r) => r.kind === 'launch_intent')) {
-    const claim = await claimTaskCreationStep(db, auth, { kind: 'launch_intent', stepKey: row.step_key }, owner);
-    await armLaunchIntent(db, claim, presentEvidence(claim));
+  const ordered = [
+    ...rows.filter((r) => r.kind !== 'launch_intent'),
+    ...rows.filter((r) => r.kind === 'launch_intent'),
+  ];
+  for (const row of ordered) {
+    const claim = await claimTaskCreationStep(db, auth, { kind: row.kind as StepKind, stepKey: row.step_key }, owner);
+    const state = await (defaultStepHandlers[row.kind as StepKind] as StepHandler).perform(deps, claim, async () => {});
+    if (state !== 'succeeded' && state !== 'armed') throw new Error(`${row.kind} ended ${state}`);
   }
 }
 

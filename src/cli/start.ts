@@ -1,0 +1,36 @@
+/**
+ * `taskledger start [--roles a,b,...]`: runs the selected fleet roles in this
+ * process until SIGINT/SIGTERM, then stops gracefully (workers finish or their
+ * leases expire; the ledger, not this process, decides what runs again).
+ */
+import { parseArgs } from 'node:util';
+import { configFromEnv } from '../app/config';
+import { startFleet } from '../fleet/fleet';
+import { parseRoles } from '../fleet/roles';
+import { createLogger } from '../log';
+import { EXIT } from './usage';
+
+export async function startCommand(args: string[]): Promise<number> {
+  let roles;
+  try {
+    const { values } = parseArgs({ args, options: { roles: { type: 'string' } }, strict: true });
+    roles = parseRoles(values.roles);
+  } catch (err) {
+    console.error(`taskledger start: ${(err as Error).message}`);
+    return EXIT.USAGE;
+  }
+  const log = createLogger();
+  const fleet = await startFleet({ config: configFromEnv(), roles, log });
+  if (fleet.api) {
+    const addr = fleet.api.server.address();
+    if (addr && typeof addr === 'object')
+      log.info(`REST API on http://127.0.0.1:${addr.port}/api/v1 (dashboard /admin/queues, metrics /metrics)`);
+  }
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  log.info('stopping');
+  await fleet.stop();
+  return EXIT.OK;
+}

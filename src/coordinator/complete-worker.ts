@@ -1,0 +1,52 @@
+/**
+ * Processes a Complete wake-up as the operation's worker actor (no caller
+ * handle; the Store re-derives the retained bindings): phase A then phase B,
+ * or a replay. Then it wakes the workspace's outbox dispatcher. A premature
+ * or duplicate wake-up is a logged no-op.
+ */
+import { OUTBOX_QUEUE, type CompleteJob, type OutboxJob } from '../../queues/names';
+import type { Db } from '../db/tx';
+import { readRows } from '../db/tx';
+import { isTaskLedgerError } from '../domain/errors';
+import type { Logger } from '../log';
+import type { Metrics } from '../metrics';
+import { completeTaskCreation } from '../store/complete';
+import type { QueueSet } from './queues';
+
+export interface CompleteWorkerDeps {
+  db: Db;
+  queues: QueueSet;
+  log: Logger;
+  metrics: Metrics | null;
+  workerId: string;
+}
+
+export async function processCompleteJob(deps: CompleteWorkerDeps, job: CompleteJob): Promise<'completed' | 'skipped'> {
+  const log = deps.log.child({ operation_id: job.operationId });
+  try {
+    const result = await completeTaskCreation(deps.db, {
+      kind: 'operation',
+      operationId: job.operationId,
+      actor: deps.workerId,
+    });
+    log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
+  } catch (err) {
+    if (isTaskLedgerError(err) && ['creation_state_conflict', 'stale_claim'].includes(err.code)) {
+      log.info({ reason: err.code, detail: err.message }, 'complete job not applicable: nothing to do');
+      deps.metrics?.jobsSkipped.inc({ queue: 'complete', reason: err.code });
+      return 'skipped';
+    }
+    throw err;
+  }
+  const ws = await readRows<{ workspace_id: string }>(
+    deps.db,
+    'SELECT workspace_id FROM task_creation_operations WHERE id = ?',
+    [job.operationId],
+  );
+  if (ws[0]) {
+    await deps.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId: ws[0].workspace_id } satisfies OutboxJob, {
+      jobId: `outbox-${ws[0].workspace_id}-${Date.now()}`,
+    });
+  }
+  return 'completed';
+}

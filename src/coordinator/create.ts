@@ -1,0 +1,105 @@
+/**
+ * `createTask`: Begin, wake the fleet, and drive/wait up to `waitMs` for the
+ * operation to end. A found outcome returns at once (nothing else runs for a
+ * found task). When the deadline passes the creation keeps going in the fleet;
+ * the caller gets `pending` (HTTP 202). Waiting never deletes or settles.
+ */
+import { readRows, type Db } from '../db/tx';
+import type { Metrics } from '../metrics';
+import { beginTaskCreation } from '../store/begin';
+import { getTaskView } from '../store/task-view';
+import type { Principal } from '../store/types';
+import type { CreateTaskFn, CreateTaskOptions, CreateTaskOutcome } from './create-task';
+import { enqueueRunnable } from './enqueue';
+import type { QueueSet } from './queues';
+
+export const DEFAULT_WAIT_MS = 15_000;
+
+export interface CreateDeps {
+  db: Db;
+  queues: QueueSet;
+  dataDir: string;
+  metrics: Metrics | null;
+}
+
+/** Why this schedule: most creations of DB-only steps end within tens of
+ *  milliseconds; polling starts at 5 ms and backs off to 50 ms so a long
+ *  Git or provider step does not turn waiting requests into database load. */
+function nextPoll(ms: number): number {
+  return Math.min(50, Math.ceil(ms * 1.5));
+}
+
+async function waitForEnd(db: Db, operationId: string, deadline: number) {
+  let poll = 5;
+  for (;;) {
+    const rows = await readRows<{ state: string; abort_cause: string | null; result_outcome: string | null }>(
+      db,
+      'SELECT state, abort_cause, result_outcome FROM task_creation_operations WHERE id = ?',
+      [operationId],
+    );
+    const op = rows[0];
+    if (op && (op.state === 'completed' || op.state === 'aborted')) return op;
+    if (Date.now() >= deadline) return op ?? null;
+    await new Promise((r) => setTimeout(r, Math.min(poll, Math.max(1, deadline - Date.now()))));
+    poll = nextPoll(poll);
+  }
+}
+
+export function makeCreateTask(deps: CreateDeps): CreateTaskFn {
+  return async (principal: Principal, body: unknown, options: CreateTaskOptions = {}): Promise<CreateTaskOutcome> => {
+    const started = Date.now();
+    const waitMs = options.waitMs ?? DEFAULT_WAIT_MS;
+    const res = await beginTaskCreation(deps.db, principal, body, { dataDir: deps.dataDir });
+    if (res.outcome !== 'Created') {
+      deps.metrics?.creations.inc({ outcome: res.outcome });
+      return {
+        status: 'done',
+        outcome: res.outcome,
+        task: res.task,
+        operationId: res.operationId,
+        deduplicated: true,
+        creationComplete: res.task.creation_complete,
+        abortCause: null,
+      };
+    }
+    await enqueueRunnable(deps.db, deps.queues, res.operationId);
+    const op = await waitForEnd(deps.db, res.operationId, started + waitMs);
+    const task = (await getTaskView(deps.db, res.task.id)) ?? res.task;
+    if (op?.state === 'completed') {
+      const outcome = op.result_outcome === 'CreatedIdentityLost' ? 'CreatedIdentityLost' : 'Created';
+      deps.metrics?.creations.inc({ outcome });
+      deps.metrics?.creationSeconds.observe((Date.now() - started) / 1000);
+      return {
+        status: 'done',
+        outcome,
+        task,
+        operationId: res.operationId,
+        deduplicated: false,
+        creationComplete: true,
+        abortCause: null,
+      };
+    }
+    if (op?.state === 'aborted') {
+      deps.metrics?.creations.inc({ outcome: 'aborted' });
+      return {
+        status: 'aborted',
+        outcome: 'Created',
+        task: res.task,
+        operationId: res.operationId,
+        deduplicated: false,
+        creationComplete: false,
+        abortCause: op.abort_cause,
+      };
+    }
+    deps.metrics?.creations.inc({ outcome: 'pending' });
+    return {
+      status: 'pending',
+      outcome: 'Created',
+      task,
+      operationId: res.operationId,
+      deduplicated: false,
+      creationComplete: false,
+      abortCause: null,
+    };
+  };
+}

@@ -1,0 +1,79 @@
+/**
+ * Sends the wake-ups an operation needs now, read from the ledger (plain
+ * reads, no transaction): one job per runnable step on its kind's queue
+ * (`planned`, or `retry_wait` delayed until `next_attempt_at`; the launch
+ * intent only once every other step succeeded), and a Complete job when the
+ * Complete predicate looks satisfied or phase B is unfinished. Job IDs come
+ * from step ID and generation, so calling this twice enqueues nothing new.
+ */
+import { completeJobId, COMPLETE_QUEUE, stepJobId, type CompleteJob, type StepJob } from '../../queues/names';
+import { readRows, type Db } from '../db/tx';
+import type { StepKind } from '../domain/vocab';
+import type { QueueSet } from './queues';
+
+interface RunnableRow {
+  id: string;
+  kind: StepKind;
+  step_key: string;
+  state: string;
+  generation: number;
+  compensation_state: string;
+  delay_ms: number | string | null;
+}
+
+function delaySql(db: Db): string {
+  return db.dialect === 'postgres'
+    ? 'GREATEST(0, CAST(EXTRACT(EPOCH FROM (next_attempt_at - clock_timestamp())) * 1000 AS bigint))'
+    : 'GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(3), next_attempt_at) DIV 1000)';
+}
+
+export interface EnqueueSummary {
+  steps: number;
+  complete: boolean;
+}
+
+export async function enqueueRunnable(db: Db, queues: QueueSet, operationId: string): Promise<EnqueueSummary> {
+  const ops = await readRows<{ state: string }>(db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+    operationId,
+  ]);
+  const state = ops[0]?.state;
+  if (state === 'completing') {
+    await queues
+      .get(COMPLETE_QUEUE)
+      .add('complete', { operationId } satisfies CompleteJob, { jobId: completeJobId(operationId) });
+    return { steps: 0, complete: true };
+  }
+  if (state !== 'preparing') return { steps: 0, complete: false };
+  const steps = await readRows<RunnableRow>(
+    db,
+    `SELECT id, kind, step_key, state, generation, compensation_state, ${delaySql(db)} AS delay_ms
+       FROM task_creation_steps WHERE operation_id = ?`,
+    [operationId],
+  );
+  if (steps.some((s) => s.state === 'failed' || s.compensation_state !== 'none')) return { steps: 0, complete: false };
+  const others = steps.filter((s) => s.kind !== 'launch_intent');
+  const othersDone = others.every((s) => s.state === 'succeeded');
+  let sent = 0;
+  for (const s of steps) {
+    if (s.state !== 'planned' && s.state !== 'retry_wait') continue;
+    if (s.kind === 'launch_intent' && !othersDone) continue;
+    const job: StepJob = {
+      operationId,
+      stepId: s.id,
+      kind: s.kind,
+      stepKey: s.step_key,
+      generation: Number(s.generation),
+    };
+    const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
+    await queues.step(s.kind).add(s.kind, job, { jobId: stepJobId(s.id, job.generation), delay });
+    sent++;
+  }
+  const launch = steps.filter((s) => s.kind === 'launch_intent');
+  const ready = othersDone && launch.every((s) => s.state === 'armed');
+  if (ready) {
+    await queues
+      .get(COMPLETE_QUEUE)
+      .add('complete', { operationId } satisfies CompleteJob, { jobId: completeJobId(operationId) });
+  }
+  return { steps: sent, complete: ready };
+}

@@ -1,0 +1,48 @@
+/**
+ * The producer side of every BullMQ queue, under one prefix (several fleets
+ * can share a Redis). Jobs are wake-ups that carry IDs: they never retry on
+ * their own (attempts 1) because the ledger, not BullMQ, decides what runs
+ * again; finished jobs are removed so a later wake-up with the same job ID is
+ * accepted.
+ */
+import { Queue, type JobsOptions } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { ALL_QUEUE_NAMES, stepQueueName } from '../../queues/names';
+import type { StepKind } from '../domain/vocab';
+
+export const WAKEUP_JOB_OPTIONS: JobsOptions = {
+  attempts: 1,
+  removeOnComplete: true,
+  removeOnFail: { count: 1000 },
+};
+
+export class QueueSet {
+  private readonly queues = new Map<string, Queue>();
+
+  constructor(
+    readonly connection: Redis,
+    readonly prefix: string,
+  ) {
+    for (const name of ALL_QUEUE_NAMES) {
+      this.queues.set(name, new Queue(name, { connection, prefix, defaultJobOptions: WAKEUP_JOB_OPTIONS }));
+    }
+  }
+
+  get(name: string): Queue {
+    const q = this.queues.get(name);
+    if (!q) throw new Error(`unknown queue ${name}`);
+    return q;
+  }
+
+  step(kind: StepKind): Queue {
+    return this.get(stepQueueName(kind));
+  }
+
+  all(): Queue[] {
+    return [...this.queues.values()];
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.all().map((q) => q.close()));
+  }
+}

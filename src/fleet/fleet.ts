@@ -1,0 +1,209 @@
+/**
+ * Starts the selected roles in this process: BullMQ workers for step kinds,
+ * Complete, outbox, launch and admission; the reaper's repeatable sweep; the
+ * REST API. `stop()` closes workers first (in-flight jobs finish or their
+ * leases expire), then queues, Redis and the database pool.
+ */
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { Worker, type Processor } from 'bullmq';
+import type { FastifyInstance } from 'fastify';
+import {
+  ADMISSION_QUEUE,
+  COMPLETE_QUEUE,
+  LAUNCH_QUEUE,
+  OUTBOX_QUEUE,
+  REAPER_QUEUE,
+  stepQueueName,
+  type AdmissionJob,
+  type CompleteJob,
+  type LaunchJob,
+  type OutboxJob,
+  type StepJob,
+} from '../../queues/names';
+import { buildApi } from '../api/server';
+import type { AppConfig } from '../app/config';
+import { processCompleteJob } from '../coordinator/complete-worker';
+import { makeCreateTask } from '../coordinator/create';
+import { QueueSet } from '../coordinator/queues';
+import { processStepJob, type StepHandlers } from '../coordinator/step-worker';
+import { createDataSource } from '../db/data-source';
+import { readRows, type Db } from '../db/tx';
+import { STEP_KINDS } from '../domain/vocab';
+import { LocalProcessExecutor, type Executor } from '../launch/executor';
+import { processLaunchJob } from '../launch/launch-worker';
+import type { Logger } from '../log';
+import { createMetrics, type Metrics } from '../metrics';
+import { processOutboxJob, type OutboxEvent } from '../outbox/dispatcher';
+import { createProviderRegistry } from '../providers/registry';
+import { createRedis } from '../runtime/redis';
+import { sweepWakeups } from '../runtime/sweep';
+import { defaultStepHandlers } from '../steps/index';
+import type { Principal } from '../store/types';
+import { CONCURRENCY, type Role } from './roles';
+
+export interface FleetOptions {
+  config: AppConfig;
+  roles: Role[];
+  log: Logger;
+  handlers?: StepHandlers;
+  executor?: Executor;
+  metrics?: Metrics;
+  subscribers?: ((event: OutboxEvent) => void)[];
+  /** Database pool size for this process. */
+  poolSize?: number;
+}
+
+export interface Fleet {
+  db: Db;
+  queues: QueueSet;
+  metrics: Metrics;
+  api: FastifyInstance | null;
+  workerId: string;
+  stop(): Promise<void>;
+}
+
+const IO_KINDS = new Set(['fresh_branch_prepare', 'remote_contribution_associate', 'attachment_claim']);
+
+async function principalForToken(db: Db, tokenId: string): Promise<Principal | null> {
+  const rows = await readRows<{
+    id: string;
+    workspace_id: string | null;
+    principal_id: string;
+    role: string;
+    revision: number;
+    revoked_at: Date | null;
+  }>(db, 'SELECT id, workspace_id, principal_id, role, revision, revoked_at FROM api_tokens WHERE id = ?', [tokenId]);
+  const r = rows[0];
+  if (!r || r.revoked_at !== null) return null;
+  return {
+    variant: 'api_principal',
+    principal_id: r.principal_id,
+    authority_id: r.id,
+    authority_revision: Number(r.revision),
+    workspace_id: r.role === 'operator' ? null : r.workspace_id,
+  };
+}
+
+export async function startFleet(opts: FleetOptions): Promise<Fleet> {
+  const { config, log } = opts;
+  const workerId = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const ds = createDataSource(config.db, { poolSize: opts.poolSize ?? 20 });
+  await ds.initialize();
+  const db: Db = { ds, dialect: config.db.dialect };
+  const connection = createRedis(config.redisUrl);
+  const queues = new QueueSet(connection, config.queuePrefix);
+  const metrics = opts.metrics ?? createMetrics();
+  const effects = {
+    db,
+    dataDir: config.dataDir,
+    providers: createProviderRegistry({ timeoutMs: config.effectTimeoutMs }),
+    log: log.child({ role: 'steps' }),
+    timeoutMs: config.effectTimeoutMs,
+  };
+  const handlers = opts.handlers ?? defaultStepHandlers;
+  const executor = opts.executor ?? new LocalProcessExecutor(join(config.dataDir, 'runtime'));
+  const createTask = makeCreateTask({ db, queues, dataDir: config.dataDir, metrics });
+  const workers: Worker[] = [];
+  const workerConnections: ReturnType<typeof createRedis>[] = [];
+  const worker = <T>(name: string, processor: Processor<T>, concurrency: number) => {
+    // Each worker blocks on its own connection; the process owns and closes them.
+    const conn = createRedis(config.redisUrl);
+    workerConnections.push(conn);
+    const w = new Worker<T>(name, processor, { connection: conn, prefix: config.queuePrefix, concurrency });
+    w.on('failed', (job, err) => log.error({ queue: name, job_id: job?.id, err }, 'job failed'));
+    workers.push(w as Worker);
+  };
+  const roles = new Set(opts.roles);
+
+  if (roles.has('steps')) {
+    for (const kind of STEP_KINDS) {
+      const stepDeps = {
+        effects,
+        handlers,
+        queues,
+        log: log.child({ role: 'steps', kind }),
+        metrics,
+        workerId,
+        leaseMs: config.leaseMs,
+      };
+      worker<StepJob>(
+        stepQueueName(kind),
+        (job) => processStepJob(stepDeps, job.data, job.id ?? 'unknown'),
+        IO_KINDS.has(kind) ? CONCURRENCY.ioStep : CONCURRENCY.dbStep,
+      );
+    }
+  }
+  if (roles.has('complete')) {
+    const d = { db, queues, log: log.child({ role: 'complete' }), metrics, workerId };
+    worker<CompleteJob>(COMPLETE_QUEUE, (job) => processCompleteJob(d, job.data), CONCURRENCY.complete);
+  }
+  if (roles.has('outbox')) {
+    const d = { db, queues, log: log.child({ role: 'outbox' }), metrics, subscribers: opts.subscribers };
+    worker<OutboxJob>(OUTBOX_QUEUE, (job) => processOutboxJob(d, job.data), CONCURRENCY.outbox);
+  }
+  if (roles.has('launch')) {
+    const d = {
+      db,
+      executor,
+      dataDir: config.dataDir,
+      log: log.child({ role: 'launch' }),
+      metrics,
+      workerId,
+      leaseMs: config.leaseMs,
+    };
+    worker<LaunchJob>(LAUNCH_QUEUE, (job) => processLaunchJob(d, job.data), CONCURRENCY.launch);
+  }
+  if (roles.has('admission')) {
+    const alog = log.child({ role: 'admission' });
+    worker<AdmissionJob>(
+      ADMISSION_QUEUE,
+      async (job) => {
+        const principal = await principalForToken(db, job.data.tokenId);
+        if (!principal) {
+          alog.warn({ job_id: job.id }, 'admission job with an unknown or revoked token: dropped');
+          return { status: 'unauthorized' };
+        }
+        const out = await createTask(principal, job.data.body, { waitMs: 0 });
+        return { status: out.status, outcome: out.outcome, task_id: out.task.id, operation_id: out.operationId };
+      },
+      CONCURRENCY.admission,
+    );
+  }
+  if (roles.has('reaper')) {
+    const rlog = log.child({ role: 'reaper' });
+    await queues.get(REAPER_QUEUE).upsertJobScheduler('sweep', { every: config.sweepMs }, { name: 'sweep' });
+    worker(
+      REAPER_QUEUE,
+      async () => {
+        const r = await sweepWakeups(db, queues);
+        if (r.operations > 0 || r.outboxWorkspaces > 0) rlog.debug(r, 'sweep re-sent wake-ups');
+        return r;
+      },
+      CONCURRENCY.reaper,
+    );
+  }
+  let api: FastifyInstance | null = null;
+  if (roles.has('api')) {
+    api = buildApi({ db, config, log: log.child({ role: 'api' }), createTask, queues: queues.all(), metrics });
+    await api.listen({ port: config.port, host: '127.0.0.1' });
+  }
+  log.info({ roles: [...roles], worker_id: workerId, dialect: config.db.dialect }, 'taskledger fleet started');
+
+  return {
+    db,
+    queues,
+    metrics,
+    api,
+    workerId,
+    async stop() {
+      if (api) await api.close();
+      await Promise.all(workers.map((w) => w.close()));
+      for (const c of workerConnections) c.disconnect();
+      await queues.close();
+      connection.disconnect();
+      await ds.destroy();
+    },
+  };
+}

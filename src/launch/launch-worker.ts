@@ -1,0 +1,98 @@
+/**
+ * Processes a launch wake-up (sent by the outbox dispatcher after
+ * `task.created` is committed): take the dispatch claim, start the agent
+ * through the executor outside any transaction, record the runtime handle.
+ * A refused claim (not completed, already launched, stale) is a logged no-op.
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { LaunchJob } from '../../queues/names';
+import { parseCanonical } from '../canonical/canonical-json';
+import { readRows, type Db } from '../db/tx';
+import type { Logger } from '../log';
+import type { Metrics } from '../metrics';
+import { claimLaunchDispatch, failLaunchDispatch, recordLaunchDispatch } from '../store/launch-dispatch';
+import { ExecutorError, type Executor } from './executor';
+
+export interface LaunchWorkerDeps {
+  db: Db;
+  executor: Executor;
+  dataDir: string;
+  log: Logger;
+  metrics: Metrics | null;
+  workerId: string;
+  leaseMs: number;
+}
+
+async function launchSpec(db: Db, taskId: string, agentProfileId: string, dataDir: string) {
+  const profiles = await readRows<{ executor_json: string }>(
+    db,
+    'SELECT executor_json FROM agent_profiles WHERE id = ?',
+    [agentProfileId],
+  );
+  const executor = parseCanonical(profiles[0]?.executor_json ?? '{}', { requireCanonical: false }) as {
+    command?: string[];
+  };
+  const worktrees = await readRows<{ worktree_path: string | null }>(
+    db,
+    `SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
+      WHERE e.task_id = ? AND r.worktree_path IS NOT NULL ORDER BY r.id`,
+    [taskId],
+  );
+  let cwd = worktrees[0]?.worktree_path ?? null;
+  if (!cwd) {
+    cwd = join(dataDir, 'tasks', taskId);
+    mkdirSync(cwd, { recursive: true });
+  }
+  return { command: executor.command ?? [], cwd };
+}
+
+export async function processLaunchJob(
+  deps: LaunchWorkerDeps,
+  job: LaunchJob,
+): Promise<'launched' | 'skipped' | 'failed'> {
+  const log = deps.log.child({ operation_id: job.operationId, session_id: job.sessionId });
+  const claim = await claimLaunchDispatch(
+    deps.db,
+    { operationId: job.operationId, sessionId: job.sessionId },
+    deps.workerId,
+    deps.leaseMs,
+  );
+  if ('refused' in claim) {
+    log.info({ reason: claim.refused }, 'launch job not applicable: nothing to do');
+    deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'refused' });
+    return 'skipped';
+  }
+  const spec = await launchSpec(deps.db, claim.taskId, claim.request.agent_profile_id, deps.dataDir);
+  try {
+    const runtime = await deps.executor.start({
+      idempotencyKey: claim.idempotencyKey,
+      sessionId: claim.sessionId,
+      taskId: claim.taskId,
+      operationId: claim.operationId,
+      command: spec.command,
+      cwd: spec.cwd,
+      env: {
+        TASKLEDGER_TASK_ID: claim.taskId,
+        TASKLEDGER_SESSION_ID: claim.sessionId,
+        TASKLEDGER_OPERATION_ID: claim.operationId,
+      },
+    });
+    await recordLaunchDispatch(deps.db, claim, runtime);
+    deps.metrics?.launches.inc({ state: 'succeeded' });
+    log.info({ pid: runtime.pid, started: runtime.started }, 'agent launched');
+    return 'launched';
+  } catch (err) {
+    if (err instanceof ExecutorError) {
+      const state = await failLaunchDispatch(deps.db, claim, {
+        class: err.failureClass,
+        code: err.failureClass === 'no_dispatch' ? 'spawn_refused' : 'start_ambiguous',
+        message: err.message,
+      });
+      deps.metrics?.launches.inc({ state });
+      log.warn({ err: err.message, state }, 'agent launch failed');
+      return 'failed';
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,229 @@
+/**
+ * LaunchTask's ledger side: dispatch claims (`task_launch_dispatch_claims`,
+ * unique per operation/task/session, idempotency key
+ * `task-launch/<creation-operation-id>/<session-id>`).
+ *
+ * claimLaunchDispatch — locks workspace 1 (share), completed creation
+ * operation 4.2, task 5.2, identity 6, the armed launch intent 7, the dispatch
+ * claim 8.2 (inserted when absent), the session 9. It requires: operation
+ * `completed`, revision one and its `task.created` committed, the task live,
+ * the launch intent `armed` with exact evidence for this session. Then
+ * `planned|retry_wait -> running` (generation + 1, lease) and session
+ * `prepared -> starting`. Anything else: a typed refusal, zero writes.
+ * recordLaunchDispatch — same prefix plus runtime 10: compare-and-set
+ * `running -> succeeded` with the runtime handle and evidence, session
+ * `running`, one `executors_running` row. failLaunchDispatch — `running ->
+ * retry_wait` (authenticated no-dispatch proof) or `unknown`.
+ * No event is written; the agent never starts before `task.created` exists.
+ */
+import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
+import { domainHash } from '../canonical/hash';
+import type { LaunchIntentRequest } from '../canonical/types';
+import { ConflictError } from '../domain/errors';
+import { TIER } from '../db/lock-plan';
+import { runTransaction, type Db, type Tx } from '../db/tx';
+import { verifyStoredEvidence } from './complete-verify';
+import { guardOperationLocked, lockTaskChainLocked, type OperationRow } from './operation-guard';
+import { lockStepsLocked, verifyStepRequest } from './step-rows';
+
+export const DISPATCH_EVIDENCE_DOMAIN = 'kandev/task-launch-dispatch-evidence/v1';
+
+export interface DispatchClaim {
+  readonly dispatchId: string;
+  readonly operationId: string;
+  readonly taskId: string;
+  readonly workspaceId: string;
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly owner: string;
+  readonly idempotencyKey: string;
+  readonly request: LaunchIntentRequest;
+  readonly requestSha256: string;
+}
+
+export interface RuntimeProof {
+  pid: number | null;
+  /** Canonical-JSON-able runtime handle (executor kind, pid, start marker path, ...). */
+  handle: Record<string, unknown>;
+  startMarkerSha256: string;
+}
+
+export type DispatchRefusal = { refused: string };
+
+export function dispatchIdempotencyKey(operationId: string, sessionId: string): string {
+  return `task-launch/${operationId}/${sessionId}`;
+}
+
+async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessionId: string, actor: string) {
+  const { op, plan } = await guardOperationLocked(tx, { kind: 'operation', operationId, actor });
+  if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
+  const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false });
+  if (!task || task.lifecycle_state === 'deleted') return { refused: 'task is not live' } as const;
+  const revision = await tx.one('SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', [op.task_id]);
+  const event = await tx.one(
+    "SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'",
+    [op.task_id],
+  );
+  if (!revision || !event) return { refused: 'revision one or its task.created is not committed' } as const;
+  const steps = await lockStepsLocked(tx, op.id);
+  const intent = steps.find((s) => s.kind === 'launch_intent' && s.step_key === sessionId);
+  if (!intent || intent.state !== 'armed') return { refused: 'no armed launch intent for this session' } as const;
+  const request = verifyStepRequest(intent, plan) as LaunchIntentRequest;
+  verifyStoredEvidence({ ...intent, state: 'succeeded' });
+  return { op, task, intent, request };
+}
+
+export async function claimLaunchDispatch(
+  db: Db,
+  target: { operationId: string; sessionId: string },
+  owner: string,
+  leaseMs: number,
+): Promise<DispatchClaim | DispatchRefusal> {
+  return runTransaction(db, 'ClaimLaunchDispatch', async (tx) => {
+    const p = await lockLaunchPrefixLocked(tx, target.operationId, target.sessionId, owner);
+    if ('refused' in p) return { refused: p.refused as string };
+    const op: OperationRow = p.op;
+    const idem = dispatchIdempotencyKey(op.id, target.sessionId);
+    let row = await tx.one<{ id: string; state: string; generation: number }>(
+      'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
+      [op.id, op.task_id, target.sessionId],
+    );
+    if (!row) {
+      const id = globalThis.crypto.randomUUID();
+      tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', id);
+      await tx.exec(
+        `INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id, workspace_id, state, generation, lifecycle_generation, idempotency_key, request_sha256, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ${tx.now}, ${tx.now})`,
+        [
+          id,
+          op.id,
+          op.task_id,
+          target.sessionId,
+          op.workspace_id,
+          p.task.lifecycle_generation,
+          idem,
+          p.intent.request_sha256,
+        ],
+      );
+      row = { id, state: 'planned', generation: 0 };
+    } else {
+      tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', row.id);
+      row = (await tx.one<{ id: string; state: string; generation: number }>(
+        'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE id = ? FOR UPDATE',
+        [row.id],
+      ))!;
+    }
+    if (row.state !== 'planned' && row.state !== 'retry_wait') return { refused: `dispatch claim is ${row.state}` };
+    tx.lockRow(TIER.SESSION, 'task_sessions', target.sessionId);
+    const session = await tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [
+      target.sessionId,
+    ]);
+    if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
+    const changed = await tx.exec(
+      `UPDATE task_launch_dispatch_claims SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
+        WHERE id = ? AND generation = ? AND state = ?`,
+      [owner, leaseMs, row.id, Number(row.generation), row.state],
+    );
+    if (changed !== 1)
+      throw new ConflictError('stale_claim', 'dispatch claim changed while being claimed', { dispatch_id: row.id });
+    await tx.exec(`UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`, [
+      target.sessionId,
+    ]);
+    return {
+      dispatchId: row.id,
+      operationId: op.id,
+      taskId: op.task_id,
+      workspaceId: op.workspace_id,
+      sessionId: target.sessionId,
+      generation: Number(row.generation) + 1,
+      owner,
+      idempotencyKey: idem,
+      request: p.request,
+      requestSha256: p.intent.request_sha256,
+    };
+  });
+}
+
+async function casDispatchLocked(
+  tx: Tx,
+  claim: DispatchClaim,
+  to: string,
+  sets: string,
+  params: (string | number | null)[],
+) {
+  tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', claim.dispatchId);
+  const changed = await tx.exec(
+    `UPDATE task_launch_dispatch_claims SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
+      WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
+    [to, ...params, claim.dispatchId, claim.generation, claim.owner],
+  );
+  if (changed !== 1)
+    throw new ConflictError('stale_claim', 'dispatch claim is stale', { dispatch_id: claim.dispatchId });
+}
+
+export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: RuntimeProof): Promise<void> {
+  const evidence = {
+    version: 1,
+    dispatch_id: claim.dispatchId,
+    idempotency_key: claim.idempotencyKey,
+    request_sha256: claim.requestSha256,
+    runtime_handle: proof.handle,
+    start_marker_sha256: proof.startMarkerSha256,
+  };
+  const evidenceJson = canonicalJson(evidence);
+  await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
+    const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
+    if ('refused' in p) throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
+    await casDispatchLocked(tx, claim, 'succeeded', ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?', [
+      canonicalJson(proof.handle),
+      evidenceJson,
+      domainHash(DISPATCH_EVIDENCE_DOMAIN, evidenceJson),
+    ]);
+    tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
+    await tx.exec(`UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`, [claim.sessionId]);
+    const runtimeId = globalThis.crypto.randomUUID();
+    tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);
+    await tx.exec(
+      `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ${tx.now}, ${tx.now})`,
+      [
+        runtimeId,
+        claim.sessionId,
+        claim.taskId,
+        claim.workspaceId,
+        claim.dispatchId,
+        canonicalJson(proof.handle),
+        proof.pid,
+      ],
+    );
+  });
+}
+
+export async function failLaunchDispatch(
+  db: Db,
+  claim: DispatchClaim,
+  failure: { class: 'no_dispatch' | 'ambiguous'; code: string; message: string },
+): Promise<'retry_wait' | 'unknown'> {
+  const to = failure.class === 'no_dispatch' ? 'retry_wait' : 'unknown';
+  await runTransaction(db, 'FailLaunchDispatch', async (tx) => {
+    await guardOperationLocked(tx, { kind: 'operation', operationId: claim.operationId, actor: claim.owner });
+    await casDispatchLocked(tx, claim, to, ', error_code = ?, error_json = ?', [
+      failure.code.slice(0, 64),
+      canonicalJson({ class: failure.class, code: failure.code, message: failure.message }),
+    ]);
+    if (to === 'retry_wait') {
+      tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
+      await tx.exec(
+        `UPDATE task_sessions SET state = 'prepared', updated_at = ${tx.now} WHERE id = ? AND state = 'starting'`,
+        [claim.sessionId],
+      );
+    }
+  });
+  return to;
+}
+
+/** The stored runtime handle of a succeeded dispatch (for reads and recovery). */
+export function parseRuntimeHandle(text: string | null): Record<string, unknown> | null {
+  return text === null ? null : (parseCanonical(text) as Record<string, unknown>);
+}
