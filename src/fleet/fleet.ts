@@ -38,7 +38,7 @@ import { createMetrics, type Metrics } from '../metrics';
 import { processOutboxJob, type OutboxEvent } from '../outbox/dispatcher';
 import { createProviderRegistry } from '../providers/registry';
 import { createRedis } from '../runtime/redis';
-import { sweepWakeups } from '../runtime/sweep';
+import { sweepOnce } from '../runtime/reaper';
 import { defaultStepHandlers } from '../steps/index';
 import type { Principal } from '../store/types';
 import { CONCURRENCY, type Role } from './roles';
@@ -174,11 +174,12 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   if (roles.has('reaper')) {
     const rlog = log.child({ role: 'reaper' });
     await queues.get(REAPER_QUEUE).upsertJobScheduler('sweep', { every: config.sweepMs }, { name: 'sweep' });
+    const reaperDeps = { effects, handlers, queues, log: rlog, actor: `reaper:${workerId}` };
     worker(
       REAPER_QUEUE,
       async () => {
-        const r = await sweepWakeups(db, queues);
-        if (r.operations > 0 || r.outboxWorkspaces > 0) rlog.debug(r, 'sweep re-sent wake-ups');
+        const r = await sweepOnce(reaperDeps);
+        if (r.expiredSteps + r.expiredCompensations + r.wakeups > 0) rlog.debug(r, 'sweep');
         return r;
       },
       CONCURRENCY.reaper,

@@ -1,0 +1,162 @@
+/**
+ * The reaper's sweep: expired leases become `unknown` (never `failed`),
+ * unknown steps are resolved only from an observation of the real effect,
+ * and wake-ups lost from Redis are re-sent from the ledger. Both dialects.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/log';
+import { createProviderRegistry } from '../../src/providers/registry';
+import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
+import { sweepOnce } from '../../src/runtime/reaper';
+import { defaultStepHandlers } from '../../src/steps/index';
+import { beginTaskCreation } from '../../src/store/begin';
+import { claimTaskCreationStep } from '../../src/store/step-claims';
+import { completeTaskCreationStep } from '../../src/store/step-results';
+import { completeTaskCreation } from '../../src/store/complete';
+import type { OperationAuthority } from '../../src/store/types';
+import { count, sql, useTestDb } from '../support/db';
+import { presentEvidence } from '../support/evidence';
+import { begin, driveAllSteps, expectTyped, stepRows } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+import { startWorld, waitFor } from '../fleet/support';
+
+const t = useTestDb();
+let provider: FakeProviderServer;
+beforeAll(async () => {
+  provider = await startFakeProviderServer();
+  provider.addPullRequest('acme/app', 5);
+});
+afterAll(async () => {
+  await provider?.close();
+});
+
+function deps(dataDir: string) {
+  return {
+    effects: {
+      db: t.db,
+      dataDir,
+      providers: createProviderRegistry({ timeoutMs: 1500 }),
+      log: silentLogger(),
+      timeoutMs: 1500,
+    },
+    handlers: defaultStepHandlers,
+    queues: null,
+    log: silentLogger(),
+    actor: 'reaper:test',
+  };
+}
+
+const backdate = (stepId: string) =>
+  sql(
+    t.db,
+    `UPDATE task_creation_steps SET lease_expires_at = ${t.db.dialect === 'postgres' ? "now() - interval '1 minute'" : 'NOW(3) - INTERVAL 1 MINUTE'} WHERE id = ?`,
+    [stepId],
+  );
+
+describe('lease expiry and reconciliation', () => {
+  it('an expired claim whose worker died before the effect becomes unknown, then retry_wait from absent proof', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
+    const dead = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'killed-worker');
+    await backdate(dead.stepId);
+    const report = await sweepOnce(deps(ws.dataDir));
+    expect(report.expiredSteps).toBeGreaterThanOrEqual(1);
+    const [row] = await sql<{ state: string; generation: number }>(
+      t.db,
+      'SELECT state, generation FROM task_creation_steps WHERE id = ?',
+      [dead.stepId],
+    );
+    expect(row!.state).toBe('retry_wait');
+    expect(Number(row!.generation)).toBe(dead.generation + 1);
+    // The dead worker's late result is fenced off; a new claim proceeds.
+    await expectTyped(completeTaskCreationStep(t.db, dead, { evidence: presentEvidence(dead) }), 'stale_claim');
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+  });
+
+  it('a live lease is never expired', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
+    const live = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'alive', 60_000);
+    await sweepOnce(deps(ws.dataDir));
+    const [row] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_steps WHERE id = ?', [
+      live.stepId,
+    ]);
+    expect(row!.state).toBe('running');
+  });
+
+  it('an ambiguous provider write (timeout after the comment was posted) resolves to succeeded from observation', async () => {
+    const ws = await seedWorkspace(t.db);
+    await sql(t.db, 'UPDATE repositories SET remote_slug = ? WHERE id = ?', ['acme/app', ws.repositoryId]);
+    await sql(t.db, 'UPDATE provider_connections SET base_url = ? WHERE id = ?', [
+      provider.githubBaseUrl,
+      ws.connectionId,
+    ]);
+    const res = await begin(t.db, ws, {
+      contributions: [
+        {
+          provider: 'github',
+          connection_id: ws.connectionId,
+          repository_id: ws.repositoryId,
+          contribution_kind: 'pull_request',
+          contribution_id: '5',
+        },
+      ],
+    });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    const key = (await stepRows(t.db, res.operationId))[0]!.step_key;
+    provider.injectFault({ method: 'POST', path: /issues\/5\/comments$/, fault: 'timeout-after-write', times: 1 });
+    const claim = await claimTaskCreationStep(
+      t.db,
+      auth,
+      { kind: 'remote_contribution_associate', stepKey: key },
+      'w1',
+    );
+    const d = deps(ws.dataDir);
+    expect(await defaultStepHandlers.remote_contribution_associate.perform(d.effects, claim, async () => {})).toBe(
+      'unknown',
+    );
+    provider.clearFaults();
+    const report = await sweepOnce(d);
+    expect(report.reconciled.succeeded).toBeGreaterThanOrEqual(1);
+    const [row] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_steps WHERE id = ?', [
+      claim.stepId,
+    ]);
+    expect(row!.state).toBe('succeeded');
+    expect(provider.comments('acme/app', 5).filter((c) => c.body.includes(res.task.id))).toHaveLength(1);
+    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+  });
+});
+
+describe('lost wake-ups', () => {
+  it('a creation whose wake-ups never reached Redis is completed by the sweep alone', async () => {
+    const world = await startWorld(t.db, ['steps', 'complete', 'outbox', 'reaper']);
+    try {
+      // Begin without enqueueing anything: as if the process died after commit, or Redis was flushed.
+      const res = await beginTaskCreation(
+        t.db,
+        world.ws.member,
+        {
+          workspace_id: world.ws.workspaceId,
+          title: 'orphaned wake-up',
+          start_agent: true,
+          agent_profile_id: world.ws.agentProfileId,
+        },
+        { dataDir: world.config.dataDir },
+      );
+      await waitFor('the sweep to drive the creation to completed', async () => {
+        const [op] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+          res.operationId,
+        ]);
+        return op?.state === 'completed';
+      });
+      expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
+    } finally {
+      await world.stop();
+    }
+  });
+});
