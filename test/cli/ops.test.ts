@@ -1,0 +1,72 @@
+/**
+ * `taskledger ops list/show`: operations with an unknown step are listed by
+ * `--state unknown`, and `show` prints the timeline. In-process (the command
+ * reads TASKLEDGER_DB_URL, the project's test database). Both dialects.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { opsCommand } from '../../src/cli/ops';
+import { claimTaskCreationStep } from '../../src/store/step-claims';
+import { failTaskCreationStep } from '../../src/store/step-results';
+import { useTestDb } from '../support/db';
+import { ambiguousFailure } from '../support/evidence';
+import { begin, stepRows } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+
+const t = useTestDb();
+let out: string[];
+let err: string[];
+
+beforeEach(() => {
+  out = [];
+  err = [];
+  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
+  vi.spyOn(console, 'error').mockImplementation((...a: unknown[]) => void err.push(a.join(' ')));
+});
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('taskledger ops', () => {
+  it('lists operations with an unknown step and shows their timeline', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
+    const claim = await claimTaskCreationStep(
+      t.db,
+      { kind: 'handle', handle: res.handle! },
+      { kind: 'session_prepare', stepKey: key },
+      'w1',
+    );
+    await failTaskCreationStep(t.db, claim, ambiguousFailure());
+
+    expect(await opsCommand(['list', '--state', 'unknown', '--workspace', ws.workspaceId])).toBe(0);
+    expect(out.join('\n')).toContain(res.operationId);
+
+    out = [];
+    expect(await opsCommand(['list', '--state', 'completed', '--workspace', ws.workspaceId])).toBe(0);
+    expect(out.join('\n')).toContain('no creation operations match');
+
+    out = [];
+    expect(await opsCommand(['show', res.operationId])).toBe(0);
+    const text = out.join('\n');
+    expect(text).toContain(`operation  ${res.operationId}  preparing`);
+    expect(text).toMatch(/session_prepare\s+\S+\s+unknown\s+1\s+1/);
+    expect(text).toContain('launch_intent');
+    expect(text).not.toContain('completion_token');
+
+    out = [];
+    expect(await opsCommand(['show', res.operationId, '--json'])).toBe(0);
+    const doc = JSON.parse(out.join('\n')) as { steps: { kind: string; state: string }[] };
+    expect(doc.steps.find((s) => s.kind === 'session_prepare')!.state).toBe('unknown');
+  });
+
+  it('refuses bad arguments and reports a missing operation', async () => {
+    expect(await opsCommand(['list', '--state', 'bogus'])).toBe(2);
+    expect(err.join('\n')).toContain('unknown state "bogus"');
+    expect(await opsCommand(['show', 'not-an-id'])).toBe(2);
+    expect(await opsCommand(['show', randomUUID()])).toBe(1);
+    expect(await opsCommand(['frob'])).toBe(2);
+    expect(await opsCommand(['list', '--nope'])).toBe(2);
+  });
+});
