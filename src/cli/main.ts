@@ -27,6 +27,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     return startCommand(args);
   }
 
+  if (command === 'demo') {
+    const { demoCommand } = await import('./demo');
+    return demoCommand(args);
+  }
+
   const listed = COMMANDS.find((c) => c.name === command);
   if (listed && !listed.available) {
     console.error(notYetAvailable(listed));

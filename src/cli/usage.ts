@@ -28,9 +28,10 @@ export const COMMANDS: readonly CommandInfo[] = [
   },
   {
     name: 'demo',
-    synopsis: 'demo',
-    summary: 'starts everything, creates sample workspaces and tasks (with faults), prints a summary',
-    available: false,
+    synopsis: 'demo [--tasks N] [--port P] [--keep-running]',
+    summary:
+      'starts everything in this process, creates a sample workspace and tasks (with faults) over REST, prints a summary and the dashboard address',
+    available: true,
   },
   {
     name: 'ops',
@@ -74,5 +75,8 @@ export function usage(): string {
 
 /** The refusal printed for a listed command whose code has not landed yet. */
 export function notYetAvailable(info: CommandInfo): string {
-  return `taskledger ${info.name}: not yet available in this version (it arrives with the worker fleet); today only "taskledger migrate" runs`;
+  const running = [
+    ...new Set(COMMANDS.filter((c) => c.available && c.name !== 'help').map((c) => `"taskledger ${c.name}"`)),
+  ];
+  return `taskledger ${info.name}: not yet available in this version; today ${running.join(', ')} run`;
 }
