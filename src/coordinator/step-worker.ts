@@ -5,6 +5,7 @@
  * operation needs next. A duplicate or stale job finds the step already
  * claimed or finished, does nothing, and says so in the log.
  */
+import { failpoint } from '../failpoints';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepState } from '../domain/vocab';
 import type { Logger } from '../log';
@@ -58,6 +59,7 @@ export async function processStepJob(
     throw err;
   }
 
+  await failpoint('after_step_claim_commit', { kind: job.kind, operationId: job.operationId, stepId: job.stepId });
   let lost = false;
   const heartbeat = async (): Promise<void> => {
     if (lost) throw new Error('lease lost');

@@ -4,6 +4,7 @@
  * through the executor outside any transaction, record the runtime handle.
  * A refused claim (not completed, already launched, stale) is a logged no-op.
  */
+import { failpoint } from '../failpoints';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LaunchJob } from '../../queues/names';
@@ -63,6 +64,10 @@ export async function processLaunchJob(
     deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'refused' });
     return 'skipped';
   }
+  await failpoint('after_dispatch_claim_before_runtime_start', {
+    operationId: claim.operationId,
+    sessionId: claim.sessionId,
+  });
   const spec = await launchSpec(deps.db, claim.taskId, claim.request.agent_profile_id, deps.dataDir);
   try {
     const runtime = await deps.executor.start({

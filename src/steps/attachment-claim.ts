@@ -22,6 +22,7 @@
  * with the right hash and size -> present; every row still exactly staged ->
  * absent; anything else -> conflict.
  */
+import { failpoint } from '../failpoints';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, open, rename, unlink } from 'node:fs/promises';
@@ -130,6 +131,11 @@ async function copyAll(
 
 async function perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>) {
   const problem = await copyAll(deps, claim, heartbeat);
+  await failpoint('after_effect_before_record', {
+    kind: claim.kind,
+    operationId: claim.operationId,
+    stepId: claim.stepId,
+  });
   const outcome = await applyAttachmentClaim(deps.db, claim, problem);
   return outcome.state;
 }

@@ -28,6 +28,7 @@
  * -> present; no environment-repo row and no worktree, path or branch ->
  * absent (the marker row alone proves nothing was mutated); else conflict.
  */
+import { failpoint } from '../failpoints';
 import { lstat, mkdir, readFile, realpath, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { canonicalJson } from '../canonical/canonical-json';
@@ -268,6 +269,11 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
       gitRows(req, g),
     );
   }
+  await failpoint('after_effect_before_record', {
+    kind: claim.kind,
+    operationId: claim.operationId,
+    stepId: claim.stepId,
+  });
   const outcome = await recordFreshBranch(db, claim, { worktree_path: path, head_commit: g.head! });
   return outcome.state;
 }

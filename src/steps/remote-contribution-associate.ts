@@ -23,6 +23,7 @@
  * unreachable provider, handle mismatch, row without comment or comment
  * without row) -> `conflict`.
  */
+import { failpoint } from '../failpoints';
 import type { RemoteContributionAssociateRequest } from '../canonical/types';
 import type { StepState } from '../domain/vocab';
 import { ProviderError, type ContributionInfo, type ContributionRef, type LinkHandle } from '../providers/types';
@@ -110,6 +111,11 @@ async function perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Prom
   const link = await attempt(() => provider.ensureLinkComment(ref, marker, linkCommentBody(req.task_id, marker)));
   if (!link.ok) return recordProviderFailure(deps, claim, req, claimed.association, link.error);
 
+  await failpoint('after_effect_before_record', {
+    kind: claim.kind,
+    operationId: claim.operationId,
+    stepId: claim.stepId,
+  });
   const outcome = await recordContributionAssociation(deps.db, claim, {
     providerHandle: link.value.handle,
     responseSha256: link.value.responseSha256,

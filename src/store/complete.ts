@@ -10,6 +10,7 @@
  * operation `completed`, revision one, `task.created` in the outbox.
  * A completed operation replays its stored outcome and event with no writes.
  */
+import { failpoint } from '../failpoints';
 import { randomUUID } from 'node:crypto';
 import { canonicalJson } from '../canonical/canonical-json';
 import { payloadHash } from '../canonical/hash';
@@ -148,5 +149,8 @@ export async function completeTaskCreationPhaseB(db: Db, auth: OperationAuthorit
 export async function completeTaskCreation(db: Db, auth: OperationAuthority): Promise<CompleteResult> {
   const a = await completeTaskCreationPhaseA(db, auth);
   if (a !== 'completing') return a;
+  await failpoint('between_complete_phase_a_and_b', {
+    operationId: auth.kind === 'handle' ? auth.handle.operationId : auth.operationId,
+  });
   return completeTaskCreationPhaseB(db, auth);
 }
