@@ -30,6 +30,10 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
       actor: deps.workerId,
     });
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
+    // Wakes a request waiting for this creation now rather than at its next poll.
+    await deps.queues.creationEvents
+      .announce(job.operationId)
+      .catch((err: unknown) => log.warn({ err }, 'could not announce the completed creation; waiters will poll'));
   } catch (err) {
     if (isTaskLedgerError(err) && ['creation_state_conflict', 'stale_claim'].includes(err.code)) {
       log.info({ reason: err.code, detail: err.message }, 'complete job not applicable: nothing to do');

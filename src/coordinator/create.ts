@@ -10,6 +10,7 @@ import { beginTaskCreation } from '../store/begin';
 import { getTaskView } from '../store/task-view';
 import type { Principal } from '../store/types';
 import type { CreateTaskFn, CreateTaskOptions, CreateTaskOutcome } from './create-task';
+import type { CreationEvents } from './creation-events';
 import { enqueueRunnable } from './enqueue';
 import type { QueueSet } from './queues';
 
@@ -22,25 +23,47 @@ export interface CreateDeps {
   metrics: Metrics | null;
 }
 
-/** Why this schedule: most creations of DB-only steps end within tens of
- *  milliseconds; polling starts at 5 ms and backs off to 50 ms so a long
- *  Git or provider step does not turn waiting requests into database load. */
+/** Why this schedule: Complete announces every creation it finishes
+ *  (`creation-events.ts`), so the poll is only the fallback for endings that
+ *  are not announced (abort, recovery) or a lost announcement. It starts at
+ *  25 ms and backs off to 250 ms, so waiting requests do not turn into
+ *  database load while a long Git or provider step runs. */
+const FIRST_POLL_MS = 25;
+const MAX_POLL_MS = 250;
+
 function nextPoll(ms: number): number {
-  return Math.min(50, Math.ceil(ms * 1.5));
+  return Math.min(MAX_POLL_MS, ms * 2);
 }
 
-async function waitForEnd(db: Db, operationId: string, deadline: number) {
-  let poll = 5;
+async function waitForEnd(db: Db, events: CreationEvents, operationId: string, deadline: number) {
+  // Not awaited: until the subscription is up (first request of a process), the poll alone serves.
+  if (deadline > Date.now()) void events.ready();
+  let poll = FIRST_POLL_MS;
+  // Right after Begin nothing has run yet: the first read waits for an announcement or the first poll.
+  let read = deadline <= Date.now();
   for (;;) {
-    const rows = await readRows<{ state: string; abort_cause: string | null; result_outcome: string | null }>(
-      db,
-      'SELECT state, abort_cause, result_outcome FROM task_creation_operations WHERE id = ?',
-      [operationId],
-    );
-    const op = rows[0];
-    if (op && (op.state === 'completed' || op.state === 'aborted')) return op;
-    if (Date.now() >= deadline) return op ?? null;
-    await new Promise((r) => setTimeout(r, Math.min(poll, Math.max(1, deadline - Date.now()))));
+    // Registered before the read, so an announcement between the read and the wait is not missed.
+    const ended = events.signal(operationId);
+    if (read) {
+      const rows = await readRows<{ state: string; abort_cause: string | null; result_outcome: string | null }>(
+        db,
+        'SELECT state, abort_cause, result_outcome FROM task_creation_operations WHERE id = ?',
+        [operationId],
+      );
+      const op = rows[0];
+      if ((op && (op.state === 'completed' || op.state === 'aborted')) || Date.now() >= deadline) {
+        ended.cancel();
+        return op ?? null;
+      }
+    }
+    read = true;
+    let timer: NodeJS.Timeout | undefined;
+    const slept = new Promise<void>((r) => {
+      timer = setTimeout(r, Math.min(poll, Math.max(1, deadline - Date.now())));
+    });
+    await Promise.race([ended.promise, slept]);
+    clearTimeout(timer);
+    ended.cancel();
     poll = nextPoll(poll);
   }
 }
@@ -63,7 +86,7 @@ export function makeCreateTask(deps: CreateDeps): CreateTaskFn {
       };
     }
     await enqueueRunnable(deps.db, deps.queues, res.operationId);
-    const op = await waitForEnd(deps.db, res.operationId, started + waitMs);
+    const op = await waitForEnd(deps.db, deps.queues.creationEvents, res.operationId, started + waitMs);
     const task = (await getTaskView(deps.db, res.task.id)) ?? res.task;
     if (op?.state === 'completed') {
       const outcome = op.result_outcome === 'CreatedIdentityLost' ? 'CreatedIdentityLost' : 'Created';

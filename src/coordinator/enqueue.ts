@@ -23,8 +23,8 @@ interface RunnableRow {
 
 function delaySql(db: Db): string {
   return db.dialect === 'postgres'
-    ? 'GREATEST(0, CAST(EXTRACT(EPOCH FROM (next_attempt_at - clock_timestamp())) * 1000 AS bigint))'
-    : 'GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(3), next_attempt_at) DIV 1000)';
+    ? 'GREATEST(0, CAST(EXTRACT(EPOCH FROM (s.next_attempt_at - clock_timestamp())) * 1000 AS bigint))'
+    : 'GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(3), s.next_attempt_at) DIV 1000)';
 }
 
 export interface EnqueueSummary {
@@ -33,10 +33,15 @@ export interface EnqueueSummary {
 }
 
 export async function enqueueRunnable(db: Db, queues: QueueSet, operationId: string): Promise<EnqueueSummary> {
-  const ops = await readRows<{ state: string }>(db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
-    operationId,
-  ]);
-  const state = ops[0]?.state;
+  // One read (the operation's state and its steps, one snapshot): this runs after every step of every creation.
+  const rows = await readRows<{ op_state: string } & { [K in keyof RunnableRow]: RunnableRow[K] | null }>(
+    db,
+    `SELECT o.state AS op_state, s.id, s.kind, s.step_key, s.state, s.generation, s.compensation_state, ${delaySql(db)} AS delay_ms
+       FROM task_creation_operations o LEFT JOIN task_creation_steps s ON s.operation_id = o.id
+      WHERE o.id = ?`,
+    [operationId],
+  );
+  const state = rows[0]?.op_state;
   if (state === 'completing') {
     await queues
       .get(COMPLETE_QUEUE)
@@ -44,30 +49,28 @@ export async function enqueueRunnable(db: Db, queues: QueueSet, operationId: str
     return { steps: 0, complete: true };
   }
   if (state !== 'preparing') return { steps: 0, complete: false };
-  const steps = await readRows<RunnableRow>(
-    db,
-    `SELECT id, kind, step_key, state, generation, compensation_state, ${delaySql(db)} AS delay_ms
-       FROM task_creation_steps WHERE operation_id = ?`,
-    [operationId],
-  );
+  const steps = rows.filter((r): r is typeof r & RunnableRow => r.id !== null);
   if (steps.some((s) => s.state === 'failed' || s.compensation_state !== 'none')) return { steps: 0, complete: false };
   const others = steps.filter((s) => s.kind !== 'launch_intent');
   const othersDone = others.every((s) => s.state === 'succeeded');
-  let sent = 0;
-  for (const s of steps) {
-    if (s.state !== 'planned' && s.state !== 'retry_wait') continue;
-    if (s.kind === 'launch_intent' && !othersDone) continue;
-    const job: StepJob = {
-      operationId,
-      stepId: s.id,
-      kind: s.kind,
-      stepKey: s.step_key,
-      generation: Number(s.generation),
-    };
-    const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
-    await queues.step(s.kind).add(s.kind, job, { jobId: stepJobId(s.id, job.generation), delay });
-    sent++;
-  }
+  const due = steps.filter(
+    (s) => (s.state === 'planned' || s.state === 'retry_wait') && (s.kind !== 'launch_intent' || othersDone),
+  );
+  // Independent wake-ups: sent together, one Redis round trip of latency instead of one per step.
+  await Promise.all(
+    due.map((s) => {
+      const job: StepJob = {
+        operationId,
+        stepId: s.id,
+        kind: s.kind,
+        stepKey: s.step_key,
+        generation: Number(s.generation),
+      };
+      const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
+      return queues.step(s.kind).add(s.kind, job, { jobId: stepJobId(s.id, job.generation), delay });
+    }),
+  );
+  const sent = due.length;
   const launch = steps.filter((s) => s.kind === 'launch_intent');
   const ready = othersDone && launch.every((s) => s.state === 'armed');
   if (ready) {

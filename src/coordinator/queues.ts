@@ -9,6 +9,7 @@ import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { ALL_QUEUE_NAMES, stepQueueName } from '../../queues/names';
 import type { StepKind } from '../domain/vocab';
+import { CreationEvents } from './creation-events';
 
 export const WAKEUP_JOB_OPTIONS: JobsOptions = {
   attempts: 1,
@@ -18,6 +19,8 @@ export const WAKEUP_JOB_OPTIONS: JobsOptions = {
 
 export class QueueSet {
   private readonly queues = new Map<string, Queue>();
+  /** "Creation ended" wake-ups for waiting create requests, on this prefix's channel. */
+  readonly creationEvents: CreationEvents;
 
   constructor(
     readonly connection: Redis,
@@ -26,6 +29,7 @@ export class QueueSet {
     for (const name of ALL_QUEUE_NAMES) {
       this.queues.set(name, new Queue(name, { connection, prefix, defaultJobOptions: WAKEUP_JOB_OPTIONS }));
     }
+    this.creationEvents = new CreationEvents(connection, `${prefix}:creation-ended`);
   }
 
   get(name: string): Queue {
@@ -43,6 +47,7 @@ export class QueueSet {
   }
 
   async close(): Promise<void> {
+    this.creationEvents.close();
     await Promise.all(this.all().map((q) => q.close()));
   }
 }
