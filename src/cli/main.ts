@@ -32,6 +32,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     return demoCommand(args);
   }
 
+  if (command === 'bench') {
+    const { benchCommand } = await import('./bench');
+    return benchCommand(args);
+  }
+
   const listed = COMMANDS.find((c) => c.name === command);
   if (listed && !listed.available) {
     console.error(notYetAvailable(listed));

@@ -51,7 +51,14 @@ export const COMMANDS: readonly CommandInfo[] = [
     summary: 're-derives every stored hash and re-observes effects; reports drift',
     available: false,
   },
-  { name: 'bench', synopsis: 'bench [...]', summary: 'the benchmark', available: false },
+  {
+    name: 'bench',
+    synopsis:
+      'bench [--dialect postgres|mysql|both] [--tasks N] [--workers M] [--concurrency C] [--rate R] [--shapes db,git] [--quick]',
+    summary:
+      'creates tasks end to end through the API with worker processes; reports creations/s, latency to task.created, worker memory and the raw-SQL ceiling (bench --help for every option)',
+    available: true,
+  },
   { name: 'help', synopsis: 'help', summary: 'prints this text', available: true },
 ];
 

@@ -1,0 +1,159 @@
+/**
+ * `taskledger bench` options: parsing, defaults and the `--quick` preset.
+ *
+ * The bench databases come from TASKLEDGER_BENCH_PG_URL and
+ * TASKLEDGER_BENCH_MYSQL_URL (default: a database named `taskledger_bench` on
+ * the local servers); each is dropped, recreated and migrated at the start of
+ * its run, so never point them at a database you want to keep.
+ */
+import { parseArgs } from 'node:util';
+import type { Dialect } from '../db/config';
+
+export const SHAPES = ['db', 'git'] as const;
+export type Shape = (typeof SHAPES)[number];
+
+export interface BenchOptions {
+  dialects: Dialect[];
+  /** Creations per shape in the closed-loop (throughput) run. */
+  tasks: number;
+  /** Worker processes (`taskledger start --roles steps,complete,outbox,launch,reaper`). */
+  workers: number;
+  /** Create requests in flight in the closed-loop run (and connections of the ceiling loop). */
+  concurrency: number;
+  /** Creations per second of the paced (open-loop) latency run. */
+  rate: number;
+  /** Length of the paced run in seconds. */
+  pacedSeconds: number;
+  shapes: Shape[];
+  /** Shapes that also get a paced run. */
+  pacedShapes: Shape[];
+  /** Unmeasured creations per shape before the measured runs (JIT, pools, caches). */
+  warmup: number;
+  /** Run the launch role (agent command `true`) in the worker processes. */
+  launch: boolean;
+  /** Measure the raw-SQL ceiling. */
+  ceiling: boolean;
+  /** Write the results as JSON to this file. */
+  json: string | null;
+  pgUrl: string;
+  mysqlUrl: string;
+  redisUrl: string;
+  quick: boolean;
+}
+
+export const BENCH_USAGE = `usage: taskledger bench [options]
+  --dialect postgres|mysql|both   databases to measure (default both)
+  --tasks N                       creations per shape in the throughput run (default 500)
+  --workers M                     worker processes (default 2)
+  --concurrency C                 create requests in flight; also the ceiling loop's connections (default 16)
+  --rate R                        creations/s of the paced latency run (default 100)
+  --paced-seconds S               length of the paced run (default 10)
+  --shapes db,git                 creation shapes (default db,git)
+  --paced-shapes db,git           shapes that also get a paced run (default db)
+  --warmup N                      unmeasured creations per shape first (default 30)
+  --no-launch                     do not run the launch role (agents are never started)
+  --no-ceiling                    skip the raw-SQL ceiling
+  --json FILE                     also write the results as JSON
+  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 20/s for 2 s
+Databases: TASKLEDGER_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/taskledger_bench),
+TASKLEDGER_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/taskledger_bench); each is
+DROPPED, recreated and migrated per run. Redis: TASKLEDGER_REDIS_URL (a fresh queue prefix per run).`;
+
+export class BenchUsageError extends Error {}
+
+function positiveInt(name: string, raw: string | undefined, fallback: number, min = 1): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min)
+    throw new BenchUsageError(`--${name} must be an integer >= ${min} (got "${raw}")`);
+  return n;
+}
+
+function positiveNumber(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0) throw new BenchUsageError(`--${name} must be a positive number (got "${raw}")`);
+  return n;
+}
+
+function shapeList(name: string, raw: string | undefined, fallback: Shape[]): Shape[] {
+  if (raw === undefined) return fallback;
+  const items = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  for (const s of items) {
+    if (!(SHAPES as readonly string[]).includes(s)) {
+      throw new BenchUsageError(`--${name}: unknown shape "${s}" (known: ${SHAPES.join(', ')})`);
+    }
+  }
+  return [...new Set(items)] as Shape[];
+}
+
+function dialects(raw: string | undefined): Dialect[] {
+  switch (raw ?? 'both') {
+    case 'both':
+      return ['postgres', 'mysql'];
+    case 'postgres':
+    case 'pg':
+      return ['postgres'];
+    case 'mysql':
+    case 'mariadb':
+      return ['mysql'];
+    default:
+      throw new BenchUsageError(`--dialect must be postgres, mysql or both (got "${raw}")`);
+  }
+}
+
+/** Parses the command line; `{help: true}` when --help was given. */
+export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.env): BenchOptions | { help: true } {
+  let values;
+  try {
+    values = parseArgs({
+      args,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        dialect: { type: 'string' },
+        tasks: { type: 'string' },
+        workers: { type: 'string' },
+        concurrency: { type: 'string' },
+        rate: { type: 'string' },
+        'paced-seconds': { type: 'string' },
+        shapes: { type: 'string' },
+        'paced-shapes': { type: 'string' },
+        warmup: { type: 'string' },
+        'no-launch': { type: 'boolean' },
+        'no-ceiling': { type: 'boolean' },
+        json: { type: 'string' },
+        quick: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }).values;
+  } catch (err) {
+    throw new BenchUsageError((err as Error).message);
+  }
+  if (values.help) return { help: true };
+  const quick = values.quick === true;
+  const shapes = shapeList('shapes', values.shapes, ['db', 'git']);
+  if (shapes.length === 0) throw new BenchUsageError('--shapes names no shape');
+  const pacedShapes = shapeList('paced-shapes', values['paced-shapes'], ['db']).filter((s) => shapes.includes(s));
+  return {
+    dialects: dialects(values.dialect),
+    tasks: positiveInt('tasks', values.tasks, quick ? 40 : 500),
+    workers: positiveInt('workers', values.workers, quick ? 1 : 2),
+    concurrency: positiveInt('concurrency', values.concurrency, quick ? 4 : 16),
+    rate: positiveNumber('rate', values.rate, quick ? 20 : 100),
+    pacedSeconds: positiveNumber('paced-seconds', values['paced-seconds'], quick ? 2 : 10),
+    shapes,
+    pacedShapes,
+    warmup: positiveInt('warmup', values.warmup, quick ? 5 : 30, 0),
+    launch: values['no-launch'] !== true,
+    ceiling: values['no-ceiling'] !== true,
+    json: values.json ?? null,
+    pgUrl: env.TASKLEDGER_BENCH_PG_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/taskledger_bench',
+    mysqlUrl: env.TASKLEDGER_BENCH_MYSQL_URL?.trim() || 'mysql://root@127.0.0.1:3306/taskledger_bench',
+    redisUrl: env.TASKLEDGER_REDIS_URL?.trim() || 'redis://127.0.0.1:6379',
+    quick,
+  };
+}

@@ -1,0 +1,97 @@
+/**
+ * The bench report as text: per dialect, the ceiling, one table row per
+ * shape, the database-clock latencies, the per-creation server counters and
+ * the targets (met / MISSED / not measured).
+ */
+import type { BenchReport, DialectResult } from './run';
+
+const fmt = (n: number | null | undefined, digits = 1) =>
+  n === null || n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(digits);
+
+function table(rows: string[][]): string[] {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) =>
+    r.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  '),
+  );
+}
+
+export const SHAPE_TABLE_HEADER = [
+  'shape',
+  'tasks',
+  'creations/s',
+  'p50 ms',
+  'p95 ms',
+  'p99 ms',
+  '% of ceiling',
+  'paced p99 ms',
+  'max worker RSS MB',
+];
+
+export function renderDialect(r: DialectResult): string {
+  const lines: string[] = [];
+  lines.push(
+    `${r.dialect}: ${r.serverVersion.split(' on ')[0]} · ${r.url} · ${r.workers} worker process(es) · concurrency ${r.concurrency} · launch ${r.launch ? 'on (agent `true`)' : 'off'}`,
+  );
+  lines.push(
+    `  1-minute load average ${fmt(r.loadAverage.start, 2)} at the start, ${fmt(r.loadAverage.end, 2)} at the end` +
+      (r.loadAverage.start > 1 ? ' (the machine was busy before the bench started: numbers are pessimistic)' : ''),
+  );
+  if (r.ceiling) {
+    const c = r.ceiling;
+    lines.push(
+      `  ceiling (plain driver loop, ${c.statementsPerCreation} statements in 10 transactions per creation): ${fmt(c.creationsPerSecond)} creations/s, ${fmt(c.transactionsPerSecond, 0)} transactions/s, creation p50 ${fmt(c.latency.p50)} ms p99 ${fmt(c.latency.p99)} ms`,
+    );
+  } else {
+    lines.push('  ceiling: not measured (--no-ceiling)');
+  }
+  lines.push('');
+  const rows = [SHAPE_TABLE_HEADER];
+  for (const s of r.shapes) {
+    rows.push([
+      s.shape,
+      `${s.ok}${s.failed > 0 ? ` (+${s.failed} failed)` : ''}`,
+      fmt(s.creationsPerSecond),
+      fmt(s.latency.p50),
+      fmt(s.latency.p95),
+      fmt(s.latency.p99),
+      s.ceilingShare === null ? '-' : `${fmt(s.ceilingShare * 100)}%`,
+      s.paced ? `${fmt(s.paced.latency.p99)} @${fmt(s.paced.achievedPerSecond)}/s` : '-',
+      String(s.maxWorkerRssMb),
+    ]);
+  }
+  lines.push(...table(rows).map((l) => `  ${l}`));
+  lines.push('');
+  for (const s of r.shapes) {
+    const d = s.dbClockLatency;
+    const parts = [
+      `  ${s.shape}: request → task.created by the database clock p50 ${fmt(d?.p50)} / p95 ${fmt(d?.p95)} / p99 ${fmt(d?.p99)} ms`,
+    ];
+    if (s.paced) {
+      const p = s.paced;
+      parts.push(
+        `paced ${p.rate}/s for ${p.seconds} s: ${p.ok} ok${p.failed > 0 ? `, ${p.failed} FAILED` : ''}, p50 ${fmt(p.latency.p50)} / p95 ${fmt(p.latency.p95)} / p99 ${fmt(p.latency.p99)} ms (database clock p99 ${fmt(p.dbClockLatency?.p99)} ms)`,
+      );
+    }
+    if (s.perCreation) {
+      parts.push(
+        `per creation: ${fmt(s.perCreation.commits)} server commits` +
+          (s.perCreation.statements === null ? '' : `, ${fmt(s.perCreation.statements, 0)} statements`),
+      );
+    }
+    parts.push(`API RSS ${s.apiRssMb} MB`);
+    lines.push(parts.join('; '));
+    for (const e of s.errors) lines.push(`    error: ${e}`);
+  }
+  lines.push('');
+  lines.push('  targets:');
+  for (const t of r.targets) {
+    lines.push(`    ${t.met === null ? 'n/a   ' : t.met ? 'met   ' : 'MISSED'}  ${t.name}: ${t.detail}`);
+  }
+  return lines.join('\n');
+}
+
+export function renderReport(report: BenchReport): string {
+  const m = report.machine;
+  const head = `taskledger bench · ${report.startedAt} · ${m.cpus} × ${m.cpuModel} · ${m.memoryGiB} GiB · node ${m.node}`;
+  return [head, '', ...report.dialects.map(renderDialect).flatMap((d) => [d, ''])].join('\n');
+}

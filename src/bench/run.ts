@@ -1,0 +1,539 @@
+/**
+ * Orchestrates one bench run per dialect:
+ *
+ * 1. drop, recreate and migrate the bench database; seed one workspace;
+ * 2. the ceiling: the bare SQL of one creation in a plain driver loop
+ *    (`ceiling.ts`), same database, same concurrency;
+ * 3. start the API process and M worker processes (`processes.ts`);
+ * 4. per shape: warm up, then N creations with C in flight (throughput and
+ *    latency), then optionally a paced open-loop run at R creations/s;
+ *    between runs, wait until the fleet is idle (outbox delivered, launches
+ *    settled) so one run's tail does not load the next;
+ * 5. stop the processes, remove the run's Redis keys and scratch files.
+ *
+ * Latency is request start to response with `wait_ms`, which answers when the
+ * creation completed (task.created committed); the same latency by the
+ * database clock (request start to `event_outbox.created_at`) is reported next
+ * to it. Both clocks are the same host's wall clock.
+ */
+import { randomBytes } from 'node:crypto';
+import { rm, mkdtemp } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { hostname, cpus, loadavg, totalmem, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { redactUrl } from '../cli/redact';
+import type { Dialect } from '../db/config';
+import { readRows, type Db } from '../db/tx';
+import { measureCeiling, CEILING_TRANSACTIONS, type CeilingResult } from './ceiling';
+import {
+  freshBenchDb,
+  seedBenchWorld,
+  serverCounters,
+  serverVersion,
+  taskCreatedTimes,
+  type BenchWorld,
+  type ServerCounters,
+} from './database';
+import { apiClient, closedLoop, pacedLoop, type ApiClient, type Sample } from './load';
+import type { BenchOptions, Shape } from './options';
+import { isRunning, sampleRss, spawnRoleProcess, stopChild, type BenchChild } from './processes';
+import type { ProgressSink } from './progress';
+import { summarize, type LatencySummary } from './stats';
+
+export const TARGETS = {
+  /** The DB-effect shape's creations/s as a share of the ceiling. */
+  ceilingShare: 0.6,
+  /** p99 of the paced DB-effect run, ms. */
+  pacedP99Ms: 60,
+  /** Resident set of each worker process, MB. */
+  workerRssMb: 200,
+} as const;
+
+export interface PacedResult {
+  rate: number;
+  seconds: number;
+  sent: number;
+  ok: number;
+  failed: number;
+  achievedPerSecond: number;
+  latency: LatencySummary;
+  dbClockLatency: LatencySummary | null;
+}
+
+export interface ShapeResult {
+  shape: Shape;
+  tasks: number;
+  ok: number;
+  failed: number;
+  wallMs: number;
+  creationsPerSecond: number;
+  latency: LatencySummary;
+  dbClockLatency: LatencySummary | null;
+  /** creations/s over the ceiling's creations/s (DB shape only). */
+  ceilingShare: number | null;
+  paced: PacedResult | null;
+  /** Server counters divided by creations (includes outbox delivery, launches and sweeps of the run). */
+  perCreation: { commits: number; statements: number | null } | null;
+  maxWorkerRssMb: number;
+  apiRssMb: number;
+  errors: string[];
+}
+
+export interface TargetCheck {
+  name: string;
+  met: boolean | null;
+  detail: string;
+}
+
+export interface DialectResult {
+  dialect: Dialect;
+  url: string;
+  serverVersion: string;
+  workers: number;
+  concurrency: number;
+  launch: boolean;
+  ceiling: CeilingResult | null;
+  shapes: ShapeResult[];
+  workerRssMb: number[];
+  /** 1-minute load average when the dialect's run started and ended (other work on the machine skews results). */
+  loadAverage: { start: number; end: number };
+  targets: TargetCheck[];
+}
+
+export interface BenchReport {
+  startedAt: string;
+  machine: { host: string; cpus: number; cpuModel: string; memoryGiB: number; node: string };
+  options: Omit<BenchOptions, 'pgUrl' | 'mysqlUrl' | 'redisUrl'>;
+  dialects: DialectResult[];
+}
+
+const WORKER_ROLES = ['steps', 'complete', 'outbox', 'reaper'];
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = addr && typeof addr === 'object' ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function bodyFor(shape: Shape, w: BenchWorld, label: string) {
+  return (i: number) => ({
+    workspace_id: w.workspaceId,
+    title: `bench ${label} ${i}`,
+    start_agent: true,
+    agent_profile_id: w.agentProfileId,
+    workspace_policy: { mode: 'shared_group', group_id: w.groupId },
+    ...(shape === 'git' ? { repositories: [{ repository_id: w.repositoryId, fresh_branch: true }] } : {}),
+  });
+}
+
+const mb = (kb: number) => Math.round(kb / 1024);
+const fmt = (n: number, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : '-');
+
+async function dbClockLatency(db: Db, samples: readonly Sample[]): Promise<LatencySummary | null> {
+  const ok = samples.filter((s) => s.ok && s.taskId !== null);
+  if (ok.length === 0) return null;
+  const times = await taskCreatedTimes(
+    db,
+    ok.map((s) => s.taskId!),
+  );
+  const lat = ok.flatMap((s) => {
+    const t = times.get(s.taskId!);
+    return t === undefined ? [] : [t - s.startEpochMs];
+  });
+  return lat.length === 0 ? null : summarize(lat);
+}
+
+/** Waits until every event is delivered and every launch settled, so one run's tail does not load the next. */
+async function waitIdle(db: Db, workspaceId: string, launch: boolean, timeoutMs = 120_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const [busy] = await readRows<{ ops: string | number; outbox: string | number; launches: string | number }>(
+      db,
+      `SELECT
+         (SELECT COUNT(*) FROM task_creation_operations WHERE workspace_id = ? AND state IN ('preparing', 'completing')) AS ops,
+         (SELECT COUNT(*) FROM event_outbox WHERE workspace_id = ? AND delivered_at IS NULL) AS outbox,
+         ${
+           launch
+             ? `(SELECT COUNT(*) FROM tasks t WHERE t.workspace_id = ? AND t.creation_state = 'completed' AND NOT EXISTS
+                  (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.task_id = t.id AND c.state IN ('succeeded', 'cancelled', 'transferred')))`
+             : '0'
+         } AS launches`,
+      launch ? [workspaceId, workspaceId, workspaceId] : [workspaceId, workspaceId],
+    );
+    if (busy && Number(busy.ops) === 0 && Number(busy.outbox) === 0 && Number(busy.launches) === 0) return;
+    if (Date.now() > deadline) {
+      throw new Error(
+        `the fleet did not go idle within ${timeoutMs / 1000} s (operations ${busy?.ops}, undelivered events ${busy?.outbox}, unlaunched tasks ${busy?.launches})`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+function statusLine(
+  label: string,
+  done: number,
+  total: number,
+  samples: readonly Sample[],
+  elapsedMs: number,
+  extra = '',
+) {
+  const recent = samples.slice(-200).map((s) => s.latencyMs);
+  const s = summarize(recent);
+  const failed = samples.filter((x) => !x.ok).length;
+  return (
+    `${label} ${done}/${total} · ${fmt(done / (elapsedMs / 1000))}/s · recent p50 ${fmt(s.p50)} ms p99 ${fmt(s.p99)} ms` +
+    (failed > 0 ? ` · ${failed} failed` : '') +
+    extra
+  );
+}
+
+/** Rejects as soon as a child process exits while the bench still needs it. */
+function watchChildren(children: readonly BenchChild[]): { died: Promise<never>; disarm(): void } {
+  let armed = true;
+  let fail: (err: Error) => void = () => undefined;
+  const died = new Promise<never>((_, reject) => {
+    fail = reject;
+  });
+  died.catch(() => undefined);
+  for (const c of children) {
+    c.process.once('exit', (code, signal) => {
+      if (armed) fail(new Error(`${c.name} exited (${signal ?? code}) during the run:\n${c.tail.join('\n')}`));
+    });
+  }
+  return {
+    died,
+    disarm() {
+      armed = false;
+    },
+  };
+}
+
+async function cleanupRedis(url: string, prefix: string): Promise<void> {
+  const redis = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
+  try {
+    await redis.connect();
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) await redis.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+}
+
+async function runShape(
+  shape: Shape,
+  ctx: {
+    options: BenchOptions;
+    dialect: Dialect;
+    db: Db;
+    world: BenchWorld;
+    client: ApiClient;
+    workers: BenchChild[];
+    api: BenchChild;
+    ceiling: CeilingResult | null;
+    progress: ProgressSink;
+    died: Promise<never>;
+  },
+): Promise<ShapeResult> {
+  const { options, db, world, client, progress } = ctx;
+  const label = `[${ctx.dialect} ${shape}]`;
+  const race = <T>(p: Promise<T>) => Promise.race([p, ctx.died]);
+
+  if (options.warmup > 0) {
+    progress.status(`${label} warming up (${options.warmup} creations)`);
+    const warm = await race(
+      closedLoop(
+        client,
+        options.warmup,
+        Math.min(options.concurrency, options.warmup),
+        bodyFor(shape, world, 'warmup'),
+      ),
+    );
+    const bad = warm.samples.find((s) => !s.ok);
+    if (bad) throw new Error(`${label} warm-up creation failed: ${bad.error}`);
+    await race(waitIdle(db, world.workspaceId, options.launch));
+  }
+
+  const before: ServerCounters = await serverCounters(db);
+  const started = Date.now();
+  let lastStatus = 0;
+  const run = await race(
+    closedLoop(client, options.tasks, options.concurrency, bodyFor(shape, world, 'run'), (done, samples, inFlight) => {
+      const now = Date.now();
+      if (now - lastStatus < 200 && done < options.tasks) return;
+      lastStatus = now;
+      const rss = Math.max(0, ...ctx.workers.map((w) => w.maxRssKb));
+      progress.status(
+        statusLine(
+          label,
+          done,
+          options.tasks,
+          samples,
+          now - started,
+          ` · in flight ${inFlight} · worker RSS ≤ ${mb(rss)} MB`,
+        ),
+        done === options.tasks,
+      );
+    }),
+  );
+  await race(waitIdle(db, world.workspaceId, options.launch));
+  // PostgreSQL backends publish their counters when idle (at most once a second).
+  await new Promise((r) => setTimeout(r, 1500));
+  const after = await serverCounters(db);
+  const ok = run.samples.filter((s) => s.ok);
+  const errors = [...new Set(run.samples.filter((s) => !s.ok).map((s) => s.error ?? 'unknown'))].slice(0, 5);
+  const creationsPerSecond = ok.length / (run.wallMs / 1000);
+
+  let paced: PacedResult | null = null;
+  if (options.pacedShapes.includes(shape)) {
+    const pacedStarted = Date.now();
+    const total = Math.round(options.rate * options.pacedSeconds);
+    lastStatus = 0;
+    const p = await race(
+      pacedLoop(
+        client,
+        options.rate,
+        options.pacedSeconds,
+        bodyFor(shape, world, 'paced'),
+        (done, samples, inFlight) => {
+          const now = Date.now();
+          if (now - lastStatus < 200 && done < total) return;
+          lastStatus = now;
+          progress.status(
+            statusLine(
+              `${label} paced ${options.rate}/s:`,
+              done,
+              total,
+              samples,
+              now - pacedStarted,
+              ` · in flight ${inFlight}`,
+            ),
+            done === total,
+          );
+        },
+      ),
+    );
+    await race(waitIdle(db, world.workspaceId, options.launch));
+    const pOk = p.samples.filter((s) => s.ok);
+    paced = {
+      rate: options.rate,
+      seconds: options.pacedSeconds,
+      sent: p.sent,
+      ok: pOk.length,
+      failed: p.samples.length - pOk.length + p.skipped,
+      achievedPerSecond: pOk.length / (p.wallMs / 1000),
+      latency: summarize(pOk.map((s) => s.latencyMs)),
+      dbClockLatency: await dbClockLatency(db, p.samples),
+    };
+    for (const s of p.samples) if (!s.ok && errors.length < 5) errors.push(s.error ?? 'unknown');
+  }
+
+  return {
+    shape,
+    tasks: options.tasks,
+    ok: ok.length,
+    failed: run.samples.length - ok.length,
+    wallMs: run.wallMs,
+    creationsPerSecond,
+    latency: summarize(ok.map((s) => s.latencyMs)),
+    dbClockLatency: await dbClockLatency(db, run.samples),
+    ceilingShare: shape === 'db' && ctx.ceiling ? creationsPerSecond / ctx.ceiling.creationsPerSecond : null,
+    paced,
+    perCreation:
+      ok.length === 0
+        ? null
+        : {
+            commits: (after.commits - before.commits) / ok.length,
+            statements:
+              after.statements === null || before.statements === null
+                ? null
+                : (after.statements - before.statements) / ok.length,
+          },
+    maxWorkerRssMb: mb(Math.max(0, ...ctx.workers.map((w) => w.maxRssKb))),
+    apiRssMb: mb(ctx.api.maxRssKb),
+    errors,
+  };
+}
+
+function checkTargets(r: DialectResult): TargetCheck[] {
+  const db = r.shapes.find((s) => s.shape === 'db');
+  const checks: TargetCheck[] = [];
+  if (db && db.ceilingShare !== null) {
+    checks.push({
+      name: `db shape ≥ ${TARGETS.ceilingShare * 100}% of the ceiling`,
+      met: db.ceilingShare >= TARGETS.ceilingShare,
+      detail: `${fmt(db.ceilingShare * 100)}% (${fmt(db.creationsPerSecond)} of ${fmt(r.ceiling!.creationsPerSecond)} creations/s)`,
+    });
+  } else {
+    checks.push({
+      name: `db shape ≥ ${TARGETS.ceilingShare * 100}% of the ceiling`,
+      met: null,
+      detail: 'not measured',
+    });
+  }
+  if (db?.paced) {
+    checks.push({
+      name: `paced p99 ≤ ${TARGETS.pacedP99Ms} ms at ${db.paced.rate}/s`,
+      met: db.paced.latency.p99 <= TARGETS.pacedP99Ms && db.paced.failed === 0,
+      detail: `p99 ${fmt(db.paced.latency.p99)} ms at ${fmt(db.paced.achievedPerSecond)}/s achieved${db.paced.failed > 0 ? `, ${db.paced.failed} failed` : ''}`,
+    });
+  } else {
+    checks.push({ name: `paced p99 ≤ ${TARGETS.pacedP99Ms} ms`, met: null, detail: 'not measured' });
+  }
+  const rss = Math.max(0, ...r.workerRssMb);
+  checks.push({
+    name: `each worker < ${TARGETS.workerRssMb} MB resident`,
+    met: r.workerRssMb.length === 0 ? null : rss < TARGETS.workerRssMb,
+    detail: r.workerRssMb.length === 0 ? 'not measured' : `max ${rss} MB (${r.workerRssMb.join(', ')} MB)`,
+  });
+  return checks;
+}
+
+async function runDialect(dialect: Dialect, options: BenchOptions, progress: ProgressSink): Promise<DialectResult> {
+  const url = dialect === 'postgres' ? options.pgUrl : options.mysqlUrl;
+  const loadStart = loadavg()[0]!;
+  progress.note(`[${dialect}] recreating and migrating ${redactUrl(url)} (load average ${loadStart.toFixed(2)})`);
+  const bench = await freshBenchDb(url);
+  const scratch: string[] = [];
+  const prefix = `tl-bench-${randomBytes(4).toString('hex')}`;
+  const children: BenchChild[] = [];
+  let client: ApiClient | null = null;
+  let watcher: { disarm(): void } | null = null;
+  let sampler: { stop(): void } | null = null;
+  try {
+    const version = await serverVersion(bench.db);
+    const world = await seedBenchWorld(bench.db);
+    scratch.push(world.repoPath);
+    // The ceiling writes into a workspace of its own, so the fleet's idle checks never see its rows.
+    const ceilingWorld = options.ceiling ? await seedBenchWorld(bench.db) : null;
+    if (ceilingWorld) scratch.push(ceilingWorld.repoPath);
+
+    let ceiling: CeilingResult | null = null;
+    if (ceilingWorld) {
+      const started = Date.now();
+      ceiling = await measureCeiling(
+        dialect,
+        url,
+        ceilingWorld,
+        options.tasks,
+        options.concurrency,
+        (done, elapsed) => {
+          if (Date.now() - started > 0)
+            progress.status(
+              `[${dialect} ceiling] ${done}/${options.tasks} · ${fmt(done / (elapsed / 1000))} creations/s`,
+              done === options.tasks,
+            );
+        },
+      );
+      progress.note(
+        `[${dialect} ceiling] ${fmt(ceiling.creationsPerSecond)} creations/s (${fmt(ceiling.transactionsPerSecond, 0)} tx/s, ${CEILING_TRANSACTIONS} transactions and ${ceiling.statementsPerCreation} statements per creation)`,
+      );
+    }
+
+    const dataDir = await mkdtemp(join(tmpdir(), 'taskledger-bench-data-'));
+    scratch.push(dataDir);
+    const port = await freePort();
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      TASKLEDGER_DB_URL: url,
+      TASKLEDGER_REDIS_URL: options.redisUrl,
+      TASKLEDGER_QUEUE_PREFIX: prefix,
+      TASKLEDGER_DATA_DIR: dataDir,
+      TASKLEDGER_PORT: String(port),
+      TASKLEDGER_LOG_LEVEL: process.env.TASKLEDGER_LOG_LEVEL ?? 'info',
+    };
+    const workerRoles = options.launch ? [...WORKER_ROLES, 'launch'] : WORKER_ROLES;
+    progress.note(
+      `[${dialect}] starting the API process and ${options.workers} worker process(es): --roles ${workerRoles.join(',')}`,
+    );
+    const api = spawnRoleProcess('api', ['api'], env);
+    children.push(api);
+    const workers: BenchChild[] = [];
+    for (let i = 0; i < options.workers; i++) {
+      const w = spawnRoleProcess(`worker-${i + 1}`, workerRoles, env);
+      workers.push(w);
+      children.push(w);
+    }
+    await Promise.all(children.map((c) => c.ready));
+    const watch = watchChildren(children);
+    watcher = watch;
+    sampler = sampleRss(children);
+    client = apiClient(`http://127.0.0.1:${port}`, world.token, options.concurrency + 64);
+
+    const shapes: ShapeResult[] = [];
+    for (const shape of options.shapes) {
+      const r = await runShape(shape, {
+        options,
+        dialect,
+        db: bench.db,
+        world,
+        client,
+        workers,
+        api,
+        ceiling,
+        progress,
+        died: watch.died,
+      });
+      shapes.push(r);
+      progress.note(
+        `[${dialect} ${shape}] ${fmt(r.creationsPerSecond)} creations/s, p50 ${fmt(r.latency.p50)} ms, p99 ${fmt(r.latency.p99)} ms` +
+          (r.paced ? `; paced ${r.paced.rate}/s p99 ${fmt(r.paced.latency.p99)} ms` : '') +
+          (r.failed > 0 ? `; ${r.failed} FAILED` : ''),
+      );
+    }
+    sampler.stop();
+    const result: DialectResult = {
+      dialect,
+      url: redactUrl(url),
+      serverVersion: version,
+      workers: options.workers,
+      concurrency: options.concurrency,
+      launch: options.launch,
+      ceiling,
+      shapes,
+      workerRssMb: workers.map((w) => mb(w.maxRssKb)),
+      loadAverage: { start: loadStart, end: loadavg()[0]! },
+      targets: [],
+    };
+    result.targets = checkTargets(result);
+    return result;
+  } finally {
+    sampler?.stop();
+    watcher?.disarm();
+    client?.close();
+    await Promise.all(children.filter(isRunning).map(stopChild));
+    await bench.close();
+    await cleanupRedis(options.redisUrl, prefix).catch(() => undefined);
+    for (const dir of scratch) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+export async function runBench(options: BenchOptions, progress: ProgressSink): Promise<BenchReport> {
+  const { pgUrl: _pg, mysqlUrl: _my, redisUrl: _redis, ...shown } = options;
+  const report: BenchReport = {
+    startedAt: new Date().toISOString(),
+    machine: {
+      host: hostname(),
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model ?? 'unknown',
+      memoryGiB: Math.round((totalmem() / 1024 ** 3) * 10) / 10,
+      node: process.version,
+    },
+    options: shown,
+    dialects: [],
+  };
+  for (const dialect of options.dialects) report.dialects.push(await runDialect(dialect, options, progress));
+  progress.done();
+  return report;
+}

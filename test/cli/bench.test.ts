@@ -1,0 +1,71 @@
+/**
+ * `taskledger bench` end to end at toy size: a scratch database beside the
+ * project's, one API and one worker process, both shapes, a paced run and the
+ * ceiling. Asserts the report's structure and that every creation completed —
+ * never a speed (a timed assertion would fail on a busy machine, not on a
+ * regression). Both dialects.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { dbConfigFromEnv } from '../../src/db/config';
+import { parseBenchArgs, type BenchOptions } from '../../src/bench/options';
+import { silentProgress } from '../../src/bench/progress';
+import { renderReport, SHAPE_TABLE_HEADER } from '../../src/bench/report';
+import { runBench } from '../../src/bench/run';
+import { dropDatabase, siblingDatabaseUrl } from './scratch-db';
+
+const config = dbConfigFromEnv();
+const scratchUrl = siblingDatabaseUrl(config.url, '_bench');
+
+afterAll(async () => {
+  await dropDatabase(scratchUrl);
+});
+
+describe('taskledger bench', () => {
+  it('parses its options and refuses nonsense', () => {
+    const quick = parseBenchArgs(['--quick'], {}) as BenchOptions;
+    expect(quick).toMatchObject({ dialects: ['postgres', 'mysql'], workers: 1, shapes: ['db', 'git'], quick: true });
+    expect(parseBenchArgs(['--help'], {})).toEqual({ help: true });
+    expect(() => parseBenchArgs(['--tasks', '0'], {})).toThrow(/--tasks/);
+    expect(() => parseBenchArgs(['--shapes', 'db,frob'], {})).toThrow(/unknown shape "frob"/);
+    expect(() => parseBenchArgs(['--dialect', 'oracle'], {})).toThrow(/--dialect/);
+  });
+
+  it('runs both shapes, the paced run and the ceiling, and reports every field', async () => {
+    const options: BenchOptions = {
+      ...(parseBenchArgs(['--quick', '--dialect', config.dialect], {}) as BenchOptions),
+      tasks: 3,
+      warmup: 1,
+      concurrency: 2,
+      rate: 3,
+      pacedSeconds: 1,
+      pgUrl: scratchUrl,
+      mysqlUrl: scratchUrl,
+      redisUrl: process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379',
+    };
+    const report = await runBench(options, silentProgress);
+
+    expect(report.dialects).toHaveLength(1);
+    const d = report.dialects[0]!;
+    expect(d.dialect).toBe(config.dialect);
+    expect(d.ceiling?.creations).toBe(3);
+    expect(d.ceiling?.creationsPerSecond).toBeGreaterThan(0);
+    expect(d.shapes.map((s) => s.shape)).toEqual(['db', 'git']);
+    for (const s of d.shapes) {
+      expect(s).toMatchObject({ tasks: 3, ok: 3, failed: 0, errors: [] });
+      for (const v of [s.creationsPerSecond, s.latency.p50, s.latency.p95, s.latency.p99, s.dbClockLatency?.p99]) {
+        expect(Number.isFinite(v)).toBe(true);
+      }
+      expect(s.maxWorkerRssMb).toBeGreaterThan(0);
+    }
+    const [db, git] = d.shapes;
+    expect(db!.ceilingShare).toBeGreaterThan(0);
+    expect(db!.paced).toMatchObject({ rate: 3, sent: 3, ok: 3, failed: 0 });
+    expect(git!.paced).toBeNull();
+    expect(d.workerRssMb).toHaveLength(1);
+    expect(d.targets.map((t) => t.met === null)).toEqual([false, false, false]);
+
+    const text = renderReport(report);
+    expect(text).toContain(SHAPE_TABLE_HEADER.join('  ').slice(0, 5));
+    for (const word of ['creations/s', 'p99 ms', 'ceiling', 'targets:', config.dialect]) expect(text).toContain(word);
+  }, 120_000);
+});
