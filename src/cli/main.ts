@@ -32,6 +32,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     return demoCommand(args);
   }
 
+  if (command === 'ops') {
+    const { opsCommand } = await import('./ops');
+    return opsCommand(args);
+  }
   if (command === 'bench') {
     const { benchCommand } = await import('./bench');
     return benchCommand(args);

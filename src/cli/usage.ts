@@ -37,13 +37,13 @@ export const COMMANDS: readonly CommandInfo[] = [
     name: 'ops',
     synopsis: 'ops list [--state S] [--workspace W]',
     summary: 'lists creation operations',
-    available: false,
+    available: true,
   },
   {
     name: 'ops',
     synopsis: 'ops show <operation-id>',
     summary: "shows one operation's timeline",
-    available: false,
+    available: true,
   },
   {
     name: 'verify',

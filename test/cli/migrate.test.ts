@@ -166,7 +166,7 @@ describe('taskledger command dispatch', () => {
   });
 
   it('a listed command that has not landed yet exits 2 and says so', async () => {
-    for (const command of ['demo', 'ops', 'verify']) {
+    for (const command of ['verify']) {
       const res = await runMain([command, '--roles', 'api']);
       expect(res.code).toBe(2);
       expect(res.stderr).toContain(`taskledger ${command}: not yet available`);
