@@ -29,6 +29,7 @@ import mysql from 'mysql2/promise';
 import pg from 'pg';
 import type { Dialect } from '../db/config';
 import { forShareSql, nowSql, toDialectSql } from '../db/dialect';
+import { cpuPerCreation, snapshotCpu, type CpuBreakdown } from './cpu';
 import type { BenchWorld } from './database';
 import { summarize, type LatencySummary } from './stats';
 
@@ -276,6 +277,8 @@ export interface CeilingResult {
   statementsPerCreation: number;
   /** Latency of one whole creation (its ten transactions back to back). */
   latency: LatencySummary;
+  /** CPU ms per creation: the driver loop is `bench`, the server is `database`. */
+  cpu: CpuBreakdown | null;
 }
 
 export async function measureCeiling(
@@ -310,6 +313,7 @@ export async function measureCeiling(
     const statements = creationTransactions(dialect, world).reduce((n, tx) => n + tx.length + 2, 0);
     const latencies: number[] = [];
     let next = 0;
+    const cpuBefore = snapshotCpu([]);
     const started = performance.now();
     const lane = async () => {
       while (next < total) {
@@ -320,6 +324,7 @@ export async function measureCeiling(
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, total) }, lane));
     const wallMs = performance.now() - started;
+    const cpu = cpuPerCreation(cpuBefore, snapshotCpu([]), { api: [], workers: [] }, total);
     return {
       creations: total,
       concurrency,
@@ -328,6 +333,7 @@ export async function measureCeiling(
       transactionsPerSecond: (total * CEILING_TRANSACTIONS) / (wallMs / 1000),
       statementsPerCreation: statements,
       latency: summarize(latencies),
+      cpu,
     };
   } finally {
     await pool.end();

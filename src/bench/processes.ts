@@ -51,6 +51,9 @@ function childNodeArgs(env: NodeJS.ProcessEnv): string[] {
   return raw ? raw.split(/\s+/) : [];
 }
 
+/** Every child still running, so an interrupted bench can stop them (`stopAllChildren`). */
+const live = new Set<BenchChild>();
+
 export function spawnRoleProcess(name: string, roles: string[], env: NodeJS.ProcessEnv): BenchChild {
   const proc = spawn(process.execPath, [...childNodeArgs(env), BIN, 'start', '--roles', roles.join(',')], {
     env,
@@ -113,6 +116,8 @@ export function spawnRoleProcess(name: string, roles: string[], env: NodeJS.Proc
   });
   // A rejected readiness is reported by whoever awaits it; never as an unhandled rejection.
   child.ready.catch(() => undefined);
+  live.add(child);
+  proc.once('exit', () => live.delete(child));
   return child;
 }
 
@@ -147,4 +152,9 @@ export async function stopChild(child: BenchChild): Promise<void> {
 
 export function isRunning(child: BenchChild): boolean {
   return child.process.exitCode === null && child.process.signalCode === null;
+}
+
+/** Stops every child this process started and has not stopped yet (an interrupted bench). */
+export async function stopAllChildren(): Promise<void> {
+  await Promise.all([...live].map(stopChild));
 }

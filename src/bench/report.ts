@@ -41,6 +41,11 @@ export function renderDialect(r: DialectResult): string {
     lines.push(
       `  ceiling (plain driver loop, ${c.statementsPerCreation} statements in 10 transactions per creation): ${fmt(c.creationsPerSecond)} creations/s, ${fmt(c.transactionsPerSecond, 0)} transactions/s, creation p50 ${fmt(c.latency.p50)} ms p99 ${fmt(c.latency.p99)} ms`,
     );
+    if (c.cpu) {
+      lines.push(
+        `    CPU ms per creation: driver loop ${fmt(c.cpu.bench)}, database ${fmt(c.cpu.database)}, other ${fmt(c.cpu.other)} (machine ${fmt(c.cpu.machineBusy * 100, 0)}% busy)`,
+      );
+    }
   } else {
     lines.push('  ceiling: not measured (--no-ceiling)');
   }
@@ -63,23 +68,29 @@ export function renderDialect(r: DialectResult): string {
   lines.push('');
   for (const s of r.shapes) {
     const d = s.dbClockLatency;
-    const parts = [
-      `  ${s.shape}: request → task.created by the database clock p50 ${fmt(d?.p50)} / p95 ${fmt(d?.p95)} / p99 ${fmt(d?.p99)} ms`,
-    ];
+    lines.push(`  ${s.shape}:`);
+    lines.push(
+      `    request → task.created by the database clock: p50 ${fmt(d?.p50)} / p95 ${fmt(d?.p95)} / p99 ${fmt(d?.p99)} ms`,
+    );
     if (s.paced) {
       const p = s.paced;
-      parts.push(
-        `paced ${p.rate}/s for ${p.seconds} s: ${p.ok} ok${p.failed > 0 ? `, ${p.failed} FAILED` : ''}, p50 ${fmt(p.latency.p50)} / p95 ${fmt(p.latency.p95)} / p99 ${fmt(p.latency.p99)} ms (database clock p99 ${fmt(p.dbClockLatency?.p99)} ms)`,
+      lines.push(
+        `    paced ${p.rate}/s for ${p.seconds} s: ${p.ok} ok${p.failed > 0 ? `, ${p.failed} FAILED` : ''} at ${fmt(p.achievedPerSecond)}/s, p50 ${fmt(p.latency.p50)} / p95 ${fmt(p.latency.p95)} / p99 ${fmt(p.latency.p99)} ms (database clock p99 ${fmt(p.dbClockLatency?.p99)} ms)`,
       );
     }
     if (s.perCreation) {
-      parts.push(
-        `per creation: ${fmt(s.perCreation.commits)} server commits` +
-          (s.perCreation.statements === null ? '' : `, ${fmt(s.perCreation.statements, 0)} statements`),
+      lines.push(
+        `    per creation: ${fmt(s.perCreation.commits)} server commits` +
+          (s.perCreation.statements === null ? '' : `, ${fmt(s.perCreation.statements, 0)} statements (server-wide)`),
       );
     }
-    parts.push(`API RSS ${s.apiRssMb} MB`);
-    lines.push(parts.join('; '));
+    if (s.cpu) {
+      const c = s.cpu;
+      lines.push(
+        `    CPU ms per creation: API ${fmt(c.api)}, workers ${fmt(c.workers)}, database ${fmt(c.database)}, Redis ${fmt(c.redis)}, bench ${fmt(c.bench)}, other ${fmt(c.other)} (machine ${fmt(c.machineBusy * 100, 0)}% busy)`,
+      );
+    }
+    lines.push(`    API process RSS ${s.apiRssMb} MB`);
     for (const e of s.errors) lines.push(`    error: ${e}`);
   }
   lines.push('');

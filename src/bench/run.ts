@@ -26,6 +26,7 @@ import { redactUrl } from '../cli/redact';
 import type { Dialect } from '../db/config';
 import { readRows, type Db } from '../db/tx';
 import { measureCeiling, CEILING_TRANSACTIONS, type CeilingResult } from './ceiling';
+import { cpuPerCreation, snapshotCpu, type CpuBreakdown } from './cpu';
 import {
   freshBenchDb,
   seedBenchWorld,
@@ -73,6 +74,8 @@ export interface ShapeResult {
   /** creations/s over the ceiling's creations/s (DB shape only). */
   ceilingShare: number | null;
   paced: PacedResult | null;
+  /** CPU ms per creation by consumer, over the throughput run (includes the tail: outbox delivery and launches). */
+  cpu: CpuBreakdown | null;
   /** Server counters divided by creations (includes outbox delivery, launches and sweeps of the run). */
   perCreation: { commits: number; statements: number | null } | null;
   maxWorkerRssMb: number;
@@ -266,6 +269,8 @@ async function runShape(
   }
 
   const before: ServerCounters = await serverCounters(db);
+  const pids = { api: [ctx.api.pid], workers: ctx.workers.map((w) => w.pid) };
+  const cpuBefore = snapshotCpu([...pids.api, ...pids.workers]);
   const started = Date.now();
   let lastStatus = 0;
   const run = await race(
@@ -288,6 +293,7 @@ async function runShape(
     }),
   );
   await race(waitIdle(db, world.workspaceId, options.launch));
+  const cpuAfter = snapshotCpu([...pids.api, ...pids.workers]);
   // PostgreSQL backends publish their counters when idle (at most once a second).
   await new Promise((r) => setTimeout(r, 1500));
   const after = await serverCounters(db);
@@ -348,6 +354,7 @@ async function runShape(
     creationsPerSecond,
     latency: summarize(ok.map((s) => s.latencyMs)),
     dbClockLatency: await dbClockLatency(db, run.samples),
+    cpu: cpuPerCreation(cpuBefore, cpuAfter, pids, ok.length),
     ceilingShare: shape === 'db' && ctx.ceiling ? creationsPerSecond / ctx.ceiling.creationsPerSecond : null,
     paced,
     perCreation:

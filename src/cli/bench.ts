@@ -13,6 +13,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs, type BenchOptions } from '../bench/options';
+import { stopAllChildren } from '../bench/processes';
 import { createProgress } from '../bench/progress';
 import { renderReport } from '../bench/report';
 import { runBench } from '../bench/run';
@@ -36,6 +37,13 @@ export async function benchCommand(args: string[]): Promise<number> {
     throw err;
   }
   const progress = createProgress(process.stderr);
+  // Interrupted: stop the API and worker processes this run started, then leave (nothing else is worth finishing).
+  const interrupted = (signal: NodeJS.Signals) => {
+    progress.note(`taskledger bench: ${signal}, stopping the fleet processes`);
+    void stopAllChildren().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  };
+  process.once('SIGINT', interrupted);
+  process.once('SIGTERM', interrupted);
   try {
     const report = await runBench(options, progress);
     console.log(renderReport(report));
@@ -48,5 +56,8 @@ export async function benchCommand(args: string[]): Promise<number> {
     for (const url of [options.pgUrl, options.mysqlUrl, options.redisUrl]) message = scrubPassword(message, url);
     console.error(`taskledger bench: ${message}`);
     return EXIT.FAILED;
+  } finally {
+    process.off('SIGINT', interrupted);
+    process.off('SIGTERM', interrupted);
   }
 }

@@ -1,0 +1,120 @@
+/**
+ * CPU accounting from /proc (Linux): where the machine's CPU time goes during
+ * a run — the API process, the worker processes, the database server, Redis,
+ * the bench process itself and everything else — so the report can say what
+ * one creation costs and what limits throughput. Off Linux every reading is
+ * null and the report leaves the line out.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+
+/** USER_HZ: /proc reports CPU time in ticks of 1/100 s on every Linux build that matters. */
+const MS_PER_TICK = 10;
+
+/** utime + stime of a process, in ms; null when it is gone or /proc is unavailable. */
+export function processCpuMs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) may contain spaces; the fields after it start at the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * MS_PER_TICK;
+  } catch {
+    return null;
+  }
+}
+
+/** Busy and total CPU time of the whole machine (all cores), in ms. */
+export function machineCpuMs(): { busy: number; total: number } | null {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
+    const [, ...v] = line.trim().split(/\s+/);
+    const n = v.map(Number);
+    const idle = (n[3] ?? 0) + (n[4] ?? 0);
+    const total = n.slice(0, 8).reduce((a, b) => a + b, 0);
+    return { busy: (total - idle) * MS_PER_TICK, total: total * MS_PER_TICK };
+  } catch {
+    return null;
+  }
+}
+
+/** PIDs whose command name (/proc/<pid>/comm) is one of `names`. */
+export function pidsNamed(names: readonly string[]): number[] {
+  const out: number[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const comm = readFileSync(`/proc/${e}/comm`, 'utf8').trim();
+      if (names.includes(comm)) out.push(Number(e));
+    } catch {
+      // Exited while we looked.
+    }
+  }
+  return out;
+}
+
+export const DATABASE_PROCESS_NAMES = ['postgres', 'mariadbd', 'mysqld'];
+export const REDIS_PROCESS_NAMES = ['redis-server'];
+
+export interface CpuSnapshot {
+  machine: { busy: number; total: number } | null;
+  perPid: Map<number, number>;
+  bench: number;
+}
+
+export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
+  const perPid = new Map<number, number>();
+  for (const pid of new Set([...pids, ...pidsNamed([...DATABASE_PROCESS_NAMES, ...REDIS_PROCESS_NAMES])])) {
+    const ms = processCpuMs(pid);
+    if (ms !== null) perPid.set(pid, ms);
+  }
+  const u = process.cpuUsage();
+  return { machine: machineCpuMs(), perPid, bench: (u.user + u.system) / 1000 };
+}
+
+export interface CpuBreakdown {
+  /** CPU ms per creation, by consumer. */
+  api: number;
+  workers: number;
+  database: number;
+  redis: number;
+  bench: number;
+  /** Everything else on the machine (other users' work included). */
+  other: number;
+  /** Share of the machine's CPU time that was busy during the run. */
+  machineBusy: number;
+}
+
+/** Per-creation CPU between two snapshots; processes that started in between count from zero. */
+export function cpuPerCreation(
+  before: CpuSnapshot,
+  after: CpuSnapshot,
+  groups: { api: number[]; workers: number[] },
+  creations: number,
+): CpuBreakdown | null {
+  if (!before.machine || !after.machine || creations <= 0) return null;
+  const delta = (pid: number) => Math.max(0, (after.perPid.get(pid) ?? 0) - (before.perPid.get(pid) ?? 0));
+  const sum = (pids: readonly number[]) => pids.reduce((a, p) => a + delta(p), 0);
+  const db = pidsNamed(DATABASE_PROCESS_NAMES).filter((p) => after.perPid.has(p));
+  const redis = pidsNamed(REDIS_PROCESS_NAMES).filter((p) => after.perPid.has(p));
+  const api = sum(groups.api);
+  const workers = sum(groups.workers);
+  const database = sum(db);
+  const redisMs = sum(redis);
+  const bench = after.bench - before.bench;
+  const busy = after.machine.busy - before.machine.busy;
+  const total = after.machine.total - before.machine.total;
+  return {
+    api: api / creations,
+    workers: workers / creations,
+    database: database / creations,
+    redis: redisMs / creations,
+    bench: bench / creations,
+    other: Math.max(0, busy - api - workers - database - redisMs - bench) / creations,
+    machineBusy: total > 0 ? busy / total : 0,
+  };
+}
