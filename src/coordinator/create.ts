@@ -26,10 +26,11 @@ export interface CreateDeps {
 /** Why this schedule: Complete announces every creation it finishes
  *  (`creation-events.ts`), so the poll is only the fallback for endings that
  *  are not announced (abort, recovery) or a lost announcement. It starts at
- *  25 ms and backs off to 250 ms, so waiting requests do not turn into
- *  database load while a long Git or provider step runs. */
-const FIRST_POLL_MS = 25;
-const MAX_POLL_MS = 250;
+ *  50 ms and backs off to 500 ms: under load a creation takes seconds, and
+ *  hundreds of waiting requests must not turn into database load of their
+ *  own; an unannounced ending is then seen within half a second. */
+const FIRST_POLL_MS = 50;
+const MAX_POLL_MS = 500;
 
 function nextPoll(ms: number): number {
   return Math.min(MAX_POLL_MS, ms * 2);
