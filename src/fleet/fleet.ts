@@ -50,6 +50,8 @@ export interface FleetOptions {
   executor?: Executor;
   metrics?: Metrics;
   subscribers?: ((event: OutboxEvent) => void)[];
+  /** Limit the reaper's sweep to one workspace (default: every workspace). */
+  sweepWorkspaceId?: string;
   /** Database pool size for this process. */
   poolSize?: number;
 }
@@ -173,7 +175,14 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   if (roles.has('reaper')) {
     const rlog = log.child({ role: 'reaper' });
     await queues.get(REAPER_QUEUE).upsertJobScheduler('sweep', { every: config.sweepMs }, { name: 'sweep' });
-    const reaperDeps = { effects, handlers, queues, log: rlog, actor: `reaper:${workerId}` };
+    const reaperDeps = {
+      effects,
+      handlers,
+      queues,
+      log: rlog,
+      actor: `reaper:${workerId}`,
+      workspaceId: opts.sweepWorkspaceId,
+    };
     worker(
       REAPER_QUEUE,
       async () => {

@@ -25,6 +25,8 @@ export interface ReaperDeps {
   queues: QueueSet | null;
   log: Logger;
   actor: string;
+  /** Limit the sweep to one workspace (a per-tenant reaper; tests sharing a database). Default: all. */
+  workspaceId?: string;
 }
 
 export interface SweepReport {
@@ -44,7 +46,9 @@ async function reconcileUnknown(deps: ReaperDeps, report: SweepReport): Promise<
     `SELECT ${STEP_COLUMNS} FROM task_creation_steps s
       WHERE s.state = 'unknown'
         AND EXISTS (SELECT 1 FROM task_creation_operations o WHERE o.id = s.operation_id AND o.state = 'preparing')
+        ${deps.workspaceId === undefined ? '' : 'AND s.workspace_id = ?'}
       LIMIT ${BATCH}`,
+    deps.workspaceId === undefined ? [] : [deps.workspaceId],
   );
   for (const raw of rows) {
     const step: StepRow = { ...raw, generation: Number(raw.generation), attempt: Number(raw.attempt) };
@@ -97,14 +101,14 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     reconciled: { succeeded: 0, retry: 0, stillUnknown: 0 },
     wakeups: 0,
   };
-  for (const opId of await findExpiredLeaseOperations(deps.effects.db, BATCH)) {
+  for (const opId of await findExpiredLeaseOperations(deps.effects.db, BATCH, deps.workspaceId)) {
     const r = await expireTaskCreationLeases(deps.effects.db, opId, deps.actor);
     report.expiredSteps += r.steps;
     report.expiredCompensations += r.compensations;
   }
   await reconcileUnknown(deps, report);
   if (deps.queues) {
-    const w = await sweepWakeups(deps.effects.db, deps.queues);
+    const w = await sweepWakeups(deps.effects.db, deps.queues, deps.workspaceId);
     report.wakeups = w.operations + w.outboxWorkspaces;
   }
   return report;

@@ -17,15 +17,19 @@ export interface SweepResult {
   outboxWorkspaces: number;
 }
 
-export async function sweepWakeups(db: Db, queues: QueueSet): Promise<SweepResult> {
+export async function sweepWakeups(db: Db, queues: QueueSet, workspaceId?: string): Promise<SweepResult> {
+  const scope = workspaceId === undefined ? '' : 'AND workspace_id = ?';
+  const scopeParams = workspaceId === undefined ? [] : [workspaceId];
   const ops = await readRows<{ id: string }>(
     db,
-    `SELECT id FROM task_creation_operations WHERE state IN ('preparing', 'completing') ORDER BY updated_at LIMIT ${SWEEP_LIMIT}`,
+    `SELECT id FROM task_creation_operations WHERE state IN ('preparing', 'completing') ${scope} ORDER BY updated_at LIMIT ${SWEEP_LIMIT}`,
+    scopeParams,
   );
   for (const op of ops) await enqueueRunnable(db, queues, op.id);
   const pending = await readRows<{ workspace_id: string }>(
     db,
-    `SELECT DISTINCT workspace_id FROM event_outbox WHERE delivered_at IS NULL LIMIT ${SWEEP_LIMIT}`,
+    `SELECT DISTINCT workspace_id FROM event_outbox WHERE delivered_at IS NULL ${scope} LIMIT ${SWEEP_LIMIT}`,
+    scopeParams,
   );
   for (const w of pending) {
     await queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId: w.workspace_id } satisfies OutboxJob, {

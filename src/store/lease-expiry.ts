@@ -16,14 +16,16 @@ export interface ExpiredLeases {
 }
 
 /** Operations with at least one expired step or compensation lease (plain read). */
-export async function findExpiredLeaseOperations(db: Db, limit = 200): Promise<string[]> {
+export async function findExpiredLeaseOperations(db: Db, limit = 200, workspaceId?: string): Promise<string[]> {
   const now = db.dialect === 'postgres' ? 'clock_timestamp()' : 'NOW(3)';
   const rows = await readRows<{ operation_id: string }>(
     db,
     `SELECT DISTINCT operation_id FROM task_creation_steps
-      WHERE (state = 'running' AND lease_expires_at < ${now})
-         OR (compensation_state = 'running' AND compensation_lease_expires_at < ${now})
+      WHERE ((state = 'running' AND lease_expires_at < ${now})
+         OR (compensation_state = 'running' AND compensation_lease_expires_at < ${now}))
+        ${workspaceId === undefined ? '' : 'AND workspace_id = ?'}
       LIMIT ${Math.max(1, Math.floor(limit))}`,
+    workspaceId === undefined ? [] : [workspaceId],
   );
   return rows.map((r) => r.operation_id);
 }

@@ -68,6 +68,8 @@ export async function startWorld(db: Db, roles?: Role[]): Promise<FleetWorld> {
     roles: roles ?? ['api', 'steps', 'complete', 'outbox', 'launch', 'reaper', 'admission'],
     log: silentLogger(),
     poolSize: 8,
+    // Other test files share this database: this fleet's reaper sweeps only its own workspace.
+    sweepWorkspaceId: ws.workspaceId,
   });
   const addr = fleet.api?.server.address();
   const baseUrl = addr && typeof addr === 'object' ? `http://127.0.0.1:${addr.port}` : '';

@@ -19,7 +19,7 @@ import { seedWorkspace } from '../support/seed';
 const t = useTestDb();
 afterEach(() => disarmAll());
 
-const deps = (dataDir: string) => ({
+const deps = (dataDir: string, workspaceId: string) => ({
   effects: {
     db: t.db,
     dataDir,
@@ -31,6 +31,7 @@ const deps = (dataDir: string) => ({
   queues: null,
   log: silentLogger(),
   actor: 'reaper:test',
+  workspaceId,
 });
 
 const backdateAll = (operationId: string) =>
@@ -54,7 +55,7 @@ describe('crash at a failpoint, then recover', () => {
     // The worker claims, then dies before performing anything.
     await claimTaskCreationStep(t.db, auth, { kind: 'fresh_branch_prepare', stepKey: fresh.step_key }, 'doomed');
     await backdateAll(res.operationId);
-    const report = await sweepOnce(deps(ws.dataDir));
+    const report = await sweepOnce(deps(ws.dataDir, ws.workspaceId));
     expect(report.reconciled.retry).toBe(1);
     await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
     expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
@@ -102,7 +103,7 @@ describe('crash at a failpoint, then recover', () => {
         { kind: 'remote_contribution_associate', stepKey: key },
         'doomed',
       );
-      const d = deps(ws.dataDir);
+      const d = deps(ws.dataDir, ws.workspaceId);
       await expect(
         defaultStepHandlers.remote_contribution_associate.perform(d.effects, claim, async () => {}),
       ).rejects.toBeInstanceOf(FailpointError);

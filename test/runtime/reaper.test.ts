@@ -30,7 +30,7 @@ afterAll(async () => {
   await provider?.close();
 });
 
-function deps(dataDir: string) {
+function deps(dataDir: string, workspaceId: string) {
   return {
     effects: {
       db: t.db,
@@ -43,6 +43,7 @@ function deps(dataDir: string) {
     queues: null,
     log: silentLogger(),
     actor: 'reaper:test',
+    workspaceId,
   };
 }
 
@@ -61,7 +62,7 @@ describe('lease expiry and reconciliation', () => {
     const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
     const dead = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'killed-worker');
     await backdate(dead.stepId);
-    const report = await sweepOnce(deps(ws.dataDir));
+    const report = await sweepOnce(deps(ws.dataDir, ws.workspaceId));
     expect(report.expiredSteps).toBeGreaterThanOrEqual(1);
     const [row] = await sql<{ state: string; generation: number }>(
       t.db,
@@ -82,7 +83,7 @@ describe('lease expiry and reconciliation', () => {
     const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
     const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
     const live = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'alive', 60_000);
-    await sweepOnce(deps(ws.dataDir));
+    await sweepOnce(deps(ws.dataDir, ws.workspaceId));
     const [row] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_steps WHERE id = ?', [
       live.stepId,
     ]);
@@ -116,7 +117,7 @@ describe('lease expiry and reconciliation', () => {
       { kind: 'remote_contribution_associate', stepKey: key },
       'w1',
     );
-    const d = deps(ws.dataDir);
+    const d = deps(ws.dataDir, ws.workspaceId);
     expect(await defaultStepHandlers.remote_contribution_associate.perform(d.effects, claim, async () => {})).toBe(
       'unknown',
     );
