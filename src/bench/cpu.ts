@@ -12,11 +12,19 @@ const MS_PER_TICK = 10;
 
 /** utime + stime of a process, in ms; null when it is gone or /proc is unavailable. */
 export function processCpuMs(pid: number): number | null {
+  return processCpu(pid)?.self ?? null;
+}
+
+/** utime + stime (`self`) and the CPU of its reaped children (`children`: Git, agents), in ms. */
+export function processCpu(pid: number): { self: number; children: number } | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // The command name (field 2) may contain spaces; the fields after it start at the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * MS_PER_TICK;
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return {
+      self: (Number(f[11]) + Number(f[12])) * MS_PER_TICK,
+      children: (Number(f[13]) + Number(f[14])) * MS_PER_TICK,
+    };
   } catch {
     return null;
   }
@@ -63,23 +71,30 @@ export const REDIS_PROCESS_NAMES = ['redis-server'];
 export interface CpuSnapshot {
   machine: { busy: number; total: number } | null;
   perPid: Map<number, number>;
+  /** CPU of each process's reaped children (Git, agents), by PID. */
+  children: Map<number, number>;
   bench: number;
 }
 
 export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
   const perPid = new Map<number, number>();
+  const children = new Map<number, number>();
   for (const pid of new Set([...pids, ...pidsNamed([...DATABASE_PROCESS_NAMES, ...REDIS_PROCESS_NAMES])])) {
-    const ms = processCpuMs(pid);
-    if (ms !== null) perPid.set(pid, ms);
+    const cpu = processCpu(pid);
+    if (cpu === null) continue;
+    perPid.set(pid, cpu.self);
+    children.set(pid, cpu.children);
   }
   const u = process.cpuUsage();
-  return { machine: machineCpuMs(), perPid, bench: (u.user + u.system) / 1000 };
+  return { machine: machineCpuMs(), perPid, children, bench: (u.user + u.system) / 1000 };
 }
 
 export interface CpuBreakdown {
   /** CPU ms per creation, by consumer. */
   api: number;
   workers: number;
+  /** Processes the API and workers started and reaped: Git (rev-parse, worktrees), the agents. */
+  subprocesses: number;
   database: number;
   redis: number;
   bench: number;
@@ -103,6 +118,10 @@ export function cpuPerCreation(
   const redis = pidsNamed(REDIS_PROCESS_NAMES).filter((p) => after.perPid.has(p));
   const api = sum(groups.api);
   const workers = sum(groups.workers);
+  const subprocesses = [...groups.api, ...groups.workers].reduce(
+    (a, p) => a + Math.max(0, (after.children.get(p) ?? 0) - (before.children.get(p) ?? 0)),
+    0,
+  );
   const database = sum(db);
   const redisMs = sum(redis);
   const bench = after.bench - before.bench;
@@ -111,10 +130,11 @@ export function cpuPerCreation(
   return {
     api: api / creations,
     workers: workers / creations,
+    subprocesses: subprocesses / creations,
     database: database / creations,
     redis: redisMs / creations,
     bench: bench / creations,
-    other: Math.max(0, busy - api - workers - database - redisMs - bench) / creations,
+    other: Math.max(0, busy - api - workers - subprocesses - database - redisMs - bench) / creations,
     machineBusy: total > 0 ? busy / total : 0,
   };
 }

@@ -116,32 +116,40 @@ export async function closedLoop(
   return { samples, wallMs: performance.now() - started };
 }
 
-/** Why 2000: an open loop must not queue without bound when the system falls behind; past this it is overloaded anyway. */
-const MAX_PACED_IN_FLIGHT = 2000;
-
+/**
+ * Why stop on a backlog: an open loop against a fleet slower than the rate
+ * only queues, and every later latency measures the queue. Once the requests
+ * in flight exceed `backlogSeconds` worth of arrivals, the run stops sending
+ * (the target is missed by then anyway), lets the sent ones finish, and says
+ * it was overloaded.
+ */
 export async function pacedLoop(
   client: ApiClient,
   rate: number,
   seconds: number,
   bodyOf: (i: number) => unknown,
   onProgress?: LoopProgress,
-): Promise<{ samples: Sample[]; wallMs: number; sent: number; skipped: number }> {
-  const total = Math.max(1, Math.round(rate * seconds));
+  backlogSeconds = 2,
+): Promise<{ samples: Sample[]; wallMs: number; planned: number; sent: number; overloaded: boolean }> {
+  const planned = Math.max(1, Math.round(rate * seconds));
   const intervalMs = 1000 / rate;
+  const maxInFlight = Math.max(10, Math.ceil(rate * backlogSeconds));
   const samples: Sample[] = [];
   const pending: Promise<void>[] = [];
   let inFlight = 0;
-  let skipped = 0;
+  let sent = 0;
+  let overloaded = false;
   const t0 = performance.now() + 20;
-  for (let i = 0; i < total; i++) {
+  for (let i = 0; i < planned; i++) {
     const at = t0 + i * intervalMs;
     const wait = at - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    if (inFlight >= MAX_PACED_IN_FLIGHT) {
-      skipped++;
-      continue;
+    if (inFlight >= maxInFlight) {
+      overloaded = true;
+      break;
     }
     inFlight++;
+    sent++;
     const startEpochMs = performance.timeOrigin + at;
     pending.push(
       one(client, bodyOf(i), startEpochMs, at).then((s) => {
@@ -152,5 +160,5 @@ export async function pacedLoop(
     );
   }
   await Promise.all(pending);
-  return { samples, wallMs: performance.now() - t0, sent: total - skipped, skipped };
+  return { samples, wallMs: performance.now() - t0, planned, sent, overloaded };
 }

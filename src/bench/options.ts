@@ -54,7 +54,7 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --no-launch                     do not run the launch role (agents are never started)
   --no-ceiling                    skip the raw-SQL ceiling
   --json FILE                     also write the results as JSON
-  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 20/s for 2 s
+  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 10/s for 2 s
 Databases: TASKLEDGER_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/taskledger_bench),
 TASKLEDGER_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/taskledger_bench); each is
 DROPPED, recreated and migrated per run. Redis: TASKLEDGER_REDIS_URL (a fresh queue prefix per run).`;
@@ -143,7 +143,7 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
     tasks: positiveInt('tasks', values.tasks, quick ? 40 : 500),
     workers: positiveInt('workers', values.workers, quick ? 1 : 2),
     concurrency: positiveInt('concurrency', values.concurrency, quick ? 4 : 16),
-    rate: positiveNumber('rate', values.rate, quick ? 20 : 100),
+    rate: positiveNumber('rate', values.rate, quick ? 10 : 100),
     pacedSeconds: positiveNumber('paced-seconds', values['paced-seconds'], quick ? 2 : 10),
     shapes,
     pacedShapes,

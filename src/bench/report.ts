@@ -23,7 +23,7 @@ export const SHAPE_TABLE_HEADER = [
   'p95 ms',
   'p99 ms',
   '% of ceiling',
-  'paced p99 ms',
+  'paced p99 ms at --rate',
   'max worker RSS MB',
 ];
 
@@ -60,7 +60,7 @@ export function renderDialect(r: DialectResult): string {
       fmt(s.latency.p95),
       fmt(s.latency.p99),
       s.ceilingShare === null ? '-' : `${fmt(s.ceilingShare * 100)}%`,
-      s.paced ? `${fmt(s.paced.latency.p99)} @${fmt(s.paced.achievedPerSecond)}/s` : '-',
+      s.paced ? `${fmt(s.paced.latency.p99)}${s.paced.overloaded ? ' (overloaded)' : ''}` : '-',
       String(s.maxWorkerRssMb),
     ]);
   }
@@ -72,10 +72,14 @@ export function renderDialect(r: DialectResult): string {
     lines.push(
       `    request → task.created by the database clock: p50 ${fmt(d?.p50)} / p95 ${fmt(d?.p95)} / p99 ${fmt(d?.p99)} ms`,
     );
-    if (s.paced) {
-      const p = s.paced;
+    for (const p of [s.paced, s.pacedSustainable]) {
+      if (!p) continue;
+      const why = p === s.pacedSustainable ? ' (half the measured throughput)' : '';
       lines.push(
-        `    paced ${p.rate}/s for ${p.seconds} s: ${p.ok} ok${p.failed > 0 ? `, ${p.failed} FAILED` : ''} at ${fmt(p.achievedPerSecond)}/s, p50 ${fmt(p.latency.p50)} / p95 ${fmt(p.latency.p95)} / p99 ${fmt(p.latency.p99)} ms (database clock p99 ${fmt(p.dbClockLatency?.p99)} ms)`,
+        `    paced ${fmt(p.rate, p.rate % 1 === 0 ? 0 : 1)}/s for ${p.seconds} s${why}: ${p.ok} ok` +
+          (p.failed > 0 ? `, ${p.failed} FAILED` : '') +
+          (p.overloaded ? `, OVERLOADED (stopped after ${p.sent} of ${p.planned} requests)` : '') +
+          ` at ${fmt(p.achievedPerSecond)}/s, p50 ${fmt(p.latency.p50)} / p95 ${fmt(p.latency.p95)} / p99 ${fmt(p.latency.p99)} ms (database clock p99 ${fmt(p.dbClockLatency?.p99)} ms)`,
       );
     }
     if (s.perCreation) {
@@ -87,7 +91,7 @@ export function renderDialect(r: DialectResult): string {
     if (s.cpu) {
       const c = s.cpu;
       lines.push(
-        `    CPU ms per creation: API ${fmt(c.api)}, workers ${fmt(c.workers)}, database ${fmt(c.database)}, Redis ${fmt(c.redis)}, bench ${fmt(c.bench)}, other ${fmt(c.other)} (machine ${fmt(c.machineBusy * 100, 0)}% busy)`,
+        `    CPU ms per creation: API ${fmt(c.api)}, workers ${fmt(c.workers)}, their Git and agent subprocesses ${fmt(c.subprocesses)}, database ${fmt(c.database)}, Redis ${fmt(c.redis)}, bench ${fmt(c.bench)}, other ${fmt(c.other)} (machine ${fmt(c.machineBusy * 100, 0)}% busy)`,
       );
     }
     lines.push(`    API process RSS ${s.apiRssMb} MB`);
