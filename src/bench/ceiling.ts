@@ -29,7 +29,7 @@ import mysql from 'mysql2/promise';
 import pg from 'pg';
 import type { Dialect } from '../db/config';
 import { forShareSql, nowSql, toDialectSql } from '../db/dialect';
-import { cpuPerCreation, snapshotCpu, type CpuBreakdown } from './cpu';
+import { cpuPerCreation, trackCpu, type CpuBreakdown } from './cpu';
 import type { BenchWorld } from './database';
 import { summarize, type LatencySummary } from './stats';
 
@@ -313,7 +313,7 @@ export async function measureCeiling(
     const statements = creationTransactions(dialect, world).reduce((n, tx) => n + tx.length + 2, 0);
     const latencies: number[] = [];
     let next = 0;
-    const cpuBefore = snapshotCpu([]);
+    const cpuTracker = trackCpu([]);
     const started = performance.now();
     const lane = async () => {
       while (next < total) {
@@ -324,7 +324,7 @@ export async function measureCeiling(
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, total) }, lane));
     const wallMs = performance.now() - started;
-    const cpu = cpuPerCreation(cpuBefore, snapshotCpu([]), { api: [], workers: [] }, total);
+    const cpu = cpuPerCreation(cpuTracker.before, cpuTracker.finish(), { api: [], workers: [] }, total);
     return {
       creations: total,
       concurrency,

@@ -73,20 +73,61 @@ export interface CpuSnapshot {
   perPid: Map<number, number>;
   /** CPU of each process's reaped children (Git, agents), by PID. */
   children: Map<number, number>;
+  /** Database server and Redis processes alive at the snapshot (PostgreSQL starts one per connection). */
+  database: number[];
+  redis: number[];
   bench: number;
 }
 
 export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
   const perPid = new Map<number, number>();
   const children = new Map<number, number>();
-  for (const pid of new Set([...pids, ...pidsNamed([...DATABASE_PROCESS_NAMES, ...REDIS_PROCESS_NAMES])])) {
+  const database = pidsNamed(DATABASE_PROCESS_NAMES);
+  const redis = pidsNamed(REDIS_PROCESS_NAMES);
+  for (const pid of new Set([...pids, ...database, ...redis])) {
     const cpu = processCpu(pid);
     if (cpu === null) continue;
     perPid.set(pid, cpu.self);
     children.set(pid, cpu.children);
   }
   const u = process.cpuUsage();
-  return { machine: machineCpuMs(), perPid, children, bench: (u.user + u.system) / 1000 };
+  return { machine: machineCpuMs(), perPid, children, database, redis, bench: (u.user + u.system) / 1000 };
+}
+
+/**
+ * Snapshots now, then re-reads the database and Redis processes every
+ * `everyMs` until `finish()`: a PostgreSQL backend whose connection closes
+ * mid-run still counts, with the CPU it had when last seen.
+ */
+export function trackCpu(pids: readonly number[], everyMs = 500): { before: CpuSnapshot; finish(): CpuSnapshot } {
+  const before = snapshotCpu(pids);
+  const lastSeen = new Map<number, { kind: 'database' | 'redis'; cpu: number }>();
+  const tick = () => {
+    for (const [kind, names] of [
+      ['database', DATABASE_PROCESS_NAMES],
+      ['redis', REDIS_PROCESS_NAMES],
+    ] as const) {
+      for (const pid of pidsNamed(names)) {
+        const cpu = processCpuMs(pid);
+        if (cpu !== null) lastSeen.set(pid, { kind, cpu });
+      }
+    }
+  };
+  // Unref'd: a run that fails before finish() must not be kept alive by it.
+  const timer = setInterval(tick, everyMs).unref();
+  return {
+    before,
+    finish() {
+      clearInterval(timer);
+      const after = snapshotCpu(pids);
+      for (const [pid, seen] of lastSeen) {
+        if (after.perPid.has(pid)) continue;
+        after.perPid.set(pid, seen.cpu);
+        after[seen.kind].push(pid);
+      }
+      return after;
+    },
+  };
 }
 
 export interface CpuBreakdown {
@@ -104,7 +145,11 @@ export interface CpuBreakdown {
   machineBusy: number;
 }
 
-/** Per-creation CPU between two snapshots; processes that started in between count from zero. */
+/**
+ * Per-creation CPU between two snapshots. A process that started in between
+ * counts from zero; one that exited in between (a PostgreSQL backend whose
+ * pooled connection closed) is lost, so the database figure is a lower bound.
+ */
 export function cpuPerCreation(
   before: CpuSnapshot,
   after: CpuSnapshot,
@@ -114,8 +159,8 @@ export function cpuPerCreation(
   if (!before.machine || !after.machine || creations <= 0) return null;
   const delta = (pid: number) => Math.max(0, (after.perPid.get(pid) ?? 0) - (before.perPid.get(pid) ?? 0));
   const sum = (pids: readonly number[]) => pids.reduce((a, p) => a + delta(p), 0);
-  const db = pidsNamed(DATABASE_PROCESS_NAMES).filter((p) => after.perPid.has(p));
-  const redis = pidsNamed(REDIS_PROCESS_NAMES).filter((p) => after.perPid.has(p));
+  const db = after.database;
+  const redis = after.redis;
   const api = sum(groups.api);
   const workers = sum(groups.workers);
   const subprocesses = [...groups.api, ...groups.workers].reduce(

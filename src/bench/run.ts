@@ -26,7 +26,7 @@ import { redactUrl } from '../cli/redact';
 import type { Dialect } from '../db/config';
 import { readRows, type Db } from '../db/tx';
 import { measureCeiling, CEILING_TRANSACTIONS, type CeilingResult } from './ceiling';
-import { cpuPerCreation, snapshotCpu, type CpuBreakdown } from './cpu';
+import { cpuPerCreation, trackCpu, type CpuBreakdown } from './cpu';
 import {
   freshBenchDb,
   seedBenchWorld,
@@ -277,7 +277,7 @@ async function runShape(
 
   const before: ServerCounters = await serverCounters(db);
   const pids = { api: [ctx.api.pid], workers: ctx.workers.map((w) => w.pid) };
-  const cpuBefore = snapshotCpu([...pids.api, ...pids.workers]);
+  const cpuTracker = trackCpu([...pids.api, ...pids.workers]);
   const started = Date.now();
   let lastStatus = 0;
   const run = await race(
@@ -300,7 +300,7 @@ async function runShape(
     }),
   );
   await race(waitIdle(db, world.workspaceId, options.launch));
-  const cpuAfter = snapshotCpu([...pids.api, ...pids.workers]);
+  const cpuAfter = cpuTracker.finish();
   // PostgreSQL backends publish their counters when idle (at most once a second).
   await new Promise((r) => setTimeout(r, 1500));
   const after = await serverCounters(db);
@@ -369,7 +369,7 @@ async function runShape(
     creationsPerSecond,
     latency: summarize(ok.map((s) => s.latencyMs)),
     dbClockLatency: await dbClockLatency(db, run.samples),
-    cpu: cpuPerCreation(cpuBefore, cpuAfter, pids, ok.length),
+    cpu: cpuPerCreation(cpuTracker.before, cpuAfter, pids, ok.length),
     ceilingShare: shape === 'db' && ctx.ceiling ? creationsPerSecond / ctx.ceiling.creationsPerSecond : null,
     paced,
     pacedSustainable,
