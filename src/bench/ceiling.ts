@@ -28,12 +28,15 @@ import { performance } from 'node:perf_hooks';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import type { Dialect } from '../db/config';
-import { forShareSql, nowSql, toDialectSql } from '../db/dialect';
+import { forShareSql, isRetryableError, nowSql, toDialectSql } from '../db/dialect';
 import { cpuPerCreation, trackCpu, type CpuBreakdown } from './cpu';
 import type { BenchWorld } from './database';
 import { summarize, type LatencySummary } from './stats';
 
 export const CEILING_TRANSACTIONS = 10;
+
+/** Why 10: the Store's own limit (src/db/tx.ts); a transaction that deadlocks ten times in a row is a bug here. */
+const MAX_ATTEMPTS = 10;
 
 type Param = string | number | boolean | null;
 type Statement = [sql: string, params: Param[]];
@@ -277,6 +280,8 @@ export interface CeilingResult {
   statementsPerCreation: number;
   /** Latency of one whole creation (its ten transactions back to back). */
   latency: LatencySummary;
+  /** Transactions run again after a deadlock or serialization failure. */
+  retries: number;
   /** CPU ms per creation: the driver loop is `bench`, the server is `database`. */
   cpu: CpuBreakdown | null;
 }
@@ -290,19 +295,26 @@ export async function measureCeiling(
   onProgress?: (done: number, elapsedMs: number) => void,
 ): Promise<CeilingResult> {
   const pool = dialect === 'postgres' ? pgPool(url, concurrency) : mysqlPool(url, concurrency);
+  let retries = 0;
   const runOne = async (): Promise<number> => {
     const t0 = performance.now();
     for (const tx of creationTransactions(dialect, world)) {
-      const conn = await pool.acquire();
-      try {
-        await conn.query('BEGIN', []);
-        for (const [sql, params] of tx) await conn.query(sql, params);
-        await conn.query('COMMIT', []);
-      } catch (err) {
-        await conn.query('ROLLBACK', []).catch(() => undefined);
-        throw err;
-      } finally {
-        conn.release();
+      // Like the Store: a deadlock or serialization failure rolls back and runs the transaction again.
+      for (let attempt = 1; ; attempt++) {
+        const conn = await pool.acquire();
+        try {
+          await conn.query('BEGIN', []);
+          for (const [sql, params] of tx) await conn.query(sql, params);
+          await conn.query('COMMIT', []);
+          break;
+        } catch (err) {
+          await conn.query('ROLLBACK', []).catch(() => undefined);
+          if (!isRetryableError(err) || attempt >= MAX_ATTEMPTS) throw err;
+          retries++;
+        } finally {
+          conn.release();
+        }
+        await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
       }
     }
     return performance.now() - t0;
@@ -315,6 +327,7 @@ export async function measureCeiling(
     let next = 0;
     const cpuTracker = trackCpu([]);
     const started = performance.now();
+    retries = 0;
     const lane = async () => {
       while (next < total) {
         next++;
@@ -333,6 +346,7 @@ export async function measureCeiling(
       transactionsPerSecond: (total * CEILING_TRANSACTIONS) / (wallMs / 1000),
       statementsPerCreation: statements,
       latency: summarize(latencies),
+      retries,
       cpu,
     };
   } finally {

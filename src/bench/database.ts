@@ -102,23 +102,25 @@ export async function seedBenchWorld(db: Db): Promise<BenchWorld> {
 export interface ServerCounters {
   commits: number;
   statements: number | null;
+  /** Deadlocks the server detected (each one restarts a transaction). */
+  deadlocks: number;
 }
 
 export async function serverCounters(db: Db): Promise<ServerCounters> {
   if (db.dialect === 'postgres') {
     // Backends flush their statistics when idle or on exit: read this after the fleet stopped.
-    const rows = await readRows<{ commits: string }>(
+    const rows = await readRows<{ commits: string; deadlocks: string }>(
       db,
-      'SELECT xact_commit AS commits FROM pg_stat_database WHERE datname = current_database()',
+      'SELECT xact_commit AS commits, deadlocks FROM pg_stat_database WHERE datname = current_database()',
     );
-    return { commits: Number(rows[0]?.commits ?? 0), statements: null };
+    return { commits: Number(rows[0]?.commits ?? 0), statements: null, deadlocks: Number(rows[0]?.deadlocks ?? 0) };
   }
   const rows = await readRows<{ Variable_name: string; Value: string }>(
     db,
-    "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit')",
+    "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_deadlocks')",
   );
   const get = (name: string) => Number(rows.find((r) => r.Variable_name === name)?.Value ?? 0);
-  return { commits: get('Com_commit'), statements: get('Questions') };
+  return { commits: get('Com_commit'), statements: get('Questions'), deadlocks: get('Innodb_deadlocks') };
 }
 
 /** `task.created` commit times (database clock, epoch ms) of the given tasks. */

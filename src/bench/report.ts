@@ -39,7 +39,7 @@ export function renderDialect(r: DialectResult): string {
   if (r.ceiling) {
     const c = r.ceiling;
     lines.push(
-      `  ceiling (plain driver loop, ${c.statementsPerCreation} statements in 10 transactions per creation): ${fmt(c.creationsPerSecond)} creations/s, ${fmt(c.transactionsPerSecond, 0)} transactions/s, creation p50 ${fmt(c.latency.p50)} ms p99 ${fmt(c.latency.p99)} ms`,
+      `  ceiling (plain driver loop, ${c.statementsPerCreation} statements in 10 transactions per creation): ${fmt(c.creationsPerSecond)} creations/s, ${fmt(c.transactionsPerSecond, 0)} transactions/s, creation p50 ${fmt(c.latency.p50)} ms p99 ${fmt(c.latency.p99)} ms${c.retries > 0 ? `, ${c.retries} transactions retried after a deadlock` : ''}`,
     );
     if (c.cpu) {
       lines.push(
@@ -85,7 +85,8 @@ export function renderDialect(r: DialectResult): string {
     if (s.perCreation) {
       lines.push(
         `    per creation: ${fmt(s.perCreation.commits)} server commits` +
-          (s.perCreation.statements === null ? '' : `, ${fmt(s.perCreation.statements, 0)} statements (server-wide)`),
+          (s.perCreation.statements === null ? '' : `, ${fmt(s.perCreation.statements, 0)} statements (server-wide)`) +
+          `; ${s.deadlocks} deadlock${s.deadlocks === 1 ? '' : 's'} detected by the server (each restarts a transaction)`,
       );
     }
     if (s.cpu) {

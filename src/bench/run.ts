@@ -85,6 +85,8 @@ export interface ShapeResult {
   cpu: CpuBreakdown | null;
   /** Server counters divided by creations (includes outbox delivery, launches and sweeps of the run). */
   perCreation: { commits: number; statements: number | null } | null;
+  /** Deadlocks the server detected during the throughput run (the Store restarts each one). */
+  deadlocks: number;
   maxWorkerRssMb: number;
   apiRssMb: number;
   errors: string[];
@@ -373,6 +375,7 @@ async function runShape(
     ceilingShare: shape === 'db' && ctx.ceiling ? creationsPerSecond / ctx.ceiling.creationsPerSecond : null,
     paced,
     pacedSustainable,
+    deadlocks: after.deadlocks - before.deadlocks,
     perCreation:
       ok.length === 0
         ? null
