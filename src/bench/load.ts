@@ -29,8 +29,9 @@ export interface ApiClient {
   close(): void;
 }
 
-/** Why 60 s: far above any healthy creation; a creation still pending then is a failure of the run. */
-export const BENCH_WAIT_MS = 60_000;
+/** Why 30 s: far above any healthy creation, even queued behind a full closed loop on two busy cores;
+ *  a creation still pending then (202) is a failure of the run, and a stuck one holds its lane no longer. */
+export const BENCH_WAIT_MS = 30_000;
 
 export function apiClient(baseUrl: string, token: string, maxSockets: number): ApiClient {
   const agent = new Agent({ keepAlive: true, maxSockets });

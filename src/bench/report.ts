@@ -97,6 +97,10 @@ export function renderDialect(r: DialectResult): string {
     }
     lines.push(`    API process RSS ${s.apiRssMb} MB`);
     for (const e of s.errors) lines.push(`    error: ${e}`);
+    if (s.stuck.length > 0) {
+      lines.push(`    STUCK: ${s.stuck.length} step(s) of unfinished creations (awaiting the reaper or an operator):`);
+      for (const x of s.stuck.slice(0, 5)) lines.push(`      ${x}`);
+    }
   }
   lines.push('');
   lines.push('  targets:');

@@ -87,6 +87,8 @@ export interface ShapeResult {
   perCreation: { commits: number; statements: number | null } | null;
   /** Deadlocks the server detected during the throughput run (the Store restarts each one). */
   deadlocks: number;
+  /** Creations of this shape still unfinished after its runs (a step `unknown`/`failed` awaits the reaper or an operator). */
+  stuck: string[];
   maxWorkerRssMb: number;
   apiRssMb: number;
   errors: string[];
@@ -137,7 +139,7 @@ function freePort(): Promise<number> {
 function bodyFor(shape: Shape, w: BenchWorld, label: string) {
   return (i: number) => ({
     workspace_id: w.workspaceId,
-    title: `bench ${label} ${i}`,
+    title: `bench ${shape} ${label} ${i}`,
     start_agent: true,
     agent_profile_id: w.agentProfileId,
     workspace_policy: { mode: 'shared_group', group_id: w.groupId },
@@ -162,14 +164,20 @@ async function dbClockLatency(db: Db, samples: readonly Sample[]): Promise<Laten
   return lat.length === 0 ? null : summarize(lat);
 }
 
-/** Waits until every event is delivered and every launch settled, so one run's tail does not load the next. */
+/**
+ * Waits until every creation of the workspace ended, every event is delivered
+ * and every launch settled, so one run's tail does not load the next. A
+ * creation with an `unknown` or `failed` step waits for the reaper or an
+ * operator, not for the fleet: it is left out here and reported as stuck.
+ */
 async function waitIdle(db: Db, workspaceId: string, launch: boolean, timeoutMs = 120_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const [busy] = await readRows<{ ops: string | number; outbox: string | number; launches: string | number }>(
       db,
       `SELECT
-         (SELECT COUNT(*) FROM task_creation_operations WHERE workspace_id = ? AND state IN ('preparing', 'completing')) AS ops,
+         (SELECT COUNT(*) FROM task_creation_operations o WHERE o.workspace_id = ? AND o.state IN ('preparing', 'completing')
+             AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.state IN ('unknown', 'failed'))) AS ops,
          (SELECT COUNT(*) FROM event_outbox WHERE workspace_id = ? AND delivered_at IS NULL) AS outbox,
          ${
            launch
@@ -187,6 +195,29 @@ async function waitIdle(db: Db, workspaceId: string, launch: boolean, timeoutMs 
     }
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/** Creations of one shape left unfinished, each with the error of its stuck step. */
+async function stuckCreations(db: Db, workspaceId: string, shape: Shape): Promise<string[]> {
+  const rows = await readRows<{ operation_id: string; kind: string; state: string; error_json: string | null }>(
+    db,
+    `SELECT o.id AS operation_id, s.kind, s.state, s.error_json
+       FROM task_creation_operations o JOIN tasks t ON t.id = o.task_id
+       JOIN task_creation_steps s ON s.operation_id = o.id AND s.state IN ('unknown', 'failed', 'retry_wait', 'running')
+      WHERE o.workspace_id = ? AND o.state IN ('preparing', 'completing') AND t.title LIKE ?
+      ORDER BY o.id, s.kind`,
+    [workspaceId, `bench ${shape} %`],
+  );
+  return rows.map((r) => {
+    let message = '';
+    try {
+      const parsed = r.error_json ? (JSON.parse(r.error_json) as { message?: unknown }) : {};
+      message = typeof parsed.message === 'string' ? parsed.message : '';
+    } catch {
+      message = r.error_json ?? '';
+    }
+    return `operation ${r.operation_id}: ${r.kind} ${r.state}${message ? `: ${message.slice(0, 300)}` : ''}`;
+  });
 }
 
 function statusLine(
@@ -376,6 +407,7 @@ async function runShape(
     paced,
     pacedSustainable,
     deadlocks: after.deadlocks - before.deadlocks,
+    stuck: await stuckCreations(db, world.workspaceId, shape),
     perCreation:
       ok.length === 0
         ? null

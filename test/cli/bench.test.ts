@@ -52,7 +52,7 @@ describe('taskledger bench', () => {
     expect(d.ceiling?.creationsPerSecond).toBeGreaterThan(0);
     expect(d.shapes.map((s) => s.shape)).toEqual(['db', 'git']);
     for (const s of d.shapes) {
-      expect(s).toMatchObject({ tasks: 3, ok: 3, failed: 0, errors: [] });
+      expect(s).toMatchObject({ tasks: 3, ok: 3, failed: 0, errors: [], stuck: [] });
       for (const v of [s.creationsPerSecond, s.latency.p50, s.latency.p95, s.latency.p99, s.dbClockLatency?.p99]) {
         expect(Number.isFinite(v)).toBe(true);
       }
