@@ -2,6 +2,7 @@
  * `taskledger start [--roles a,b,...]`: runs the selected fleet roles in this
  * process until SIGINT/SIGTERM, then stops gracefully (workers finish or their
  * leases expire; the ledger, not this process, decides what runs again).
+ * `TASKLEDGER_SWEEP_WORKSPACE_ID` limits the reaper's sweep to one workspace.
  */
 import { parseArgs } from 'node:util';
 import { configFromEnv } from '../app/config';
@@ -20,7 +21,14 @@ export async function startCommand(args: string[]): Promise<number> {
     return EXIT.USAGE;
   }
   const log = createLogger();
-  const fleet = await startFleet({ config: configFromEnv(), roles, log });
+  // Scopes this process's reaper to one workspace (a per-tenant reaper; crash tests sharing a database).
+  const sweepWorkspaceId = process.env.TASKLEDGER_SWEEP_WORKSPACE_ID?.trim() || undefined;
+  const fleet = await startFleet({
+    config: configFromEnv(),
+    roles,
+    log,
+    ...(sweepWorkspaceId === undefined ? {} : { sweepWorkspaceId }),
+  });
   if (fleet.api) {
     const addr = fleet.api.server.address();
     if (addr && typeof addr === 'object')

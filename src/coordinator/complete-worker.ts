@@ -2,12 +2,15 @@
  * Processes a Complete wake-up as the operation's worker actor (no caller
  * handle; the Store re-derives the retained bindings): phase A then phase B,
  * or a replay. Then it wakes the workspace's outbox dispatcher. A premature
- * or duplicate wake-up is a logged no-op.
+ * or duplicate wake-up is a logged no-op. Failpoint
+ * `after_complete_before_outbox_delivery` sits between the phase-B commit
+ * and the announcement/dispatcher wake-up.
  */
 import { OUTBOX_QUEUE, type CompleteJob, type OutboxJob } from '../../queues/names';
 import type { Db } from '../db/tx';
 import { readRows } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
+import { failpoint } from '../failpoints';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import { completeTaskCreation } from '../store/complete';
@@ -30,6 +33,13 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
       actor: deps.workerId,
     });
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
+    // Phase B (task.created in the outbox) has committed; nothing has woken the dispatcher yet. A crash here is
+    // healed by the reaper's sweep, which wakes a dispatcher for every workspace with undelivered events.
+    await failpoint('after_complete_before_outbox_delivery', {
+      operationId: job.operationId,
+      eventId: result.eventId,
+      replayed: result.replayed,
+    });
     // Wakes a request waiting for this creation now rather than at its next poll.
     await deps.queues.creationEvents
       .announce(job.operationId)

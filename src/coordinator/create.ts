@@ -5,6 +5,7 @@
  * the caller gets `pending` (HTTP 202). Waiting never deletes or settles.
  */
 import { readRows, type Db } from '../db/tx';
+import { failpoint } from '../failpoints';
 import type { Metrics } from '../metrics';
 import { beginTaskCreation } from '../store/begin';
 import { getTaskView } from '../store/task-view';
@@ -86,6 +87,11 @@ export function makeCreateTask(deps: CreateDeps): CreateTaskFn {
         abortCause: null,
       };
     }
+    // Begin has committed; no wake-up exists yet. A crash here is healed only by the reaper's ledger sweep.
+    await failpoint('after_begin_commit_before_enqueue', {
+      operationId: res.operationId,
+      workspaceId: res.task.workspace_id,
+    });
     await enqueueRunnable(deps.db, deps.queues, res.operationId);
     const op = await waitForEnd(deps.db, deps.queues.creationEvents, res.operationId, started + waitMs);
     const task = (await getTaskView(deps.db, res.task.id)) ?? res.task;

@@ -11,11 +11,19 @@
  * present; not armed and no dispatch -> absent; else conflict.
  */
 import { armExactLaunchIntent, observeLaunchIntent } from '../store/effects/launch-intent';
+import { failpoint } from '../failpoints';
 import type { StepHandler } from './types';
 
 export const launchIntentHandler: StepHandler<'launch_intent'> = {
   kind: 'launch_intent',
   async perform(deps, claim) {
+    // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
+    // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).
+    await failpoint('after_effect_before_record', {
+      kind: claim.kind,
+      operationId: claim.operationId,
+      stepId: claim.stepId,
+    });
     return (await armExactLaunchIntent(deps.db, claim)).state;
   },
   observe(deps, step) {

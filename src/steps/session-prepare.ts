@@ -9,11 +9,19 @@
  * present; none of them and no runtime -> absent; else conflict.
  */
 import { applySessionPrepare, observeSessionPrepare } from '../store/effects/session-prepare';
+import { failpoint } from '../failpoints';
 import type { StepHandler } from './types';
 
 export const sessionPrepareHandler: StepHandler<'session_prepare'> = {
   kind: 'session_prepare',
   async perform(deps, claim) {
+    // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
+    // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).
+    await failpoint('after_effect_before_record', {
+      kind: claim.kind,
+      operationId: claim.operationId,
+      stepId: claim.stepId,
+    });
     return (await applySessionPrepare(deps.db, claim)).state;
   },
   observe(deps, step) {

@@ -10,11 +10,19 @@
  * step would own absent -> absent; partial, foreign or changed -> conflict.
  */
 import { applyWorkspaceAttachment, observeWorkspaceAttachment } from '../store/effects/workspace-attachment';
+import { failpoint } from '../failpoints';
 import type { StepHandler } from './types';
 
 export const workspaceAttachmentHandler: StepHandler<'workspace_attachment'> = {
   kind: 'workspace_attachment',
   async perform(deps, claim) {
+    // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
+    // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).
+    await failpoint('after_effect_before_record', {
+      kind: claim.kind,
+      operationId: claim.operationId,
+      stepId: claim.stepId,
+    });
     return (await applyWorkspaceAttachment(deps.db, claim)).state;
   },
   observe(deps, step) {
