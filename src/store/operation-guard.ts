@@ -19,6 +19,7 @@ import type { OperationState, StartPolicy } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
 import { lockAuthorityLocked } from './actor';
+import { deepFreeze, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
 import type { OperationAuthority } from './types';
 
@@ -63,8 +64,22 @@ function operationIdOf(auth: OperationAuthority): string {
   return auth.kind === 'handle' ? auth.handle.operationId : auth.operationId;
 }
 
-/** Re-derives both stored bindings from their bytes; a tampered row cannot pass. */
+const bindingMemo = new VerifiedMemo<{ plan: CreationPlan; actor: ActorBindingDocument }>();
+
+/**
+ * Re-derives both stored bindings from their bytes; a tampered row cannot
+ * pass. Memoised per operation on every input byte (binding-cache.ts): a hit
+ * needs the identical plan, actor, hashes, task and workspace.
+ */
 export function verifyStoredBindings(op: OperationRow): { plan: CreationPlan; actor: ActorBindingDocument } {
+  return bindingMemo.get(
+    op.id,
+    [op.plan_json, op.actor_json, op.manifest_hash, op.actor_binding_hash, op.task_id, op.workspace_id],
+    () => deriveStoredBindings(op),
+  );
+}
+
+function deriveStoredBindings(op: OperationRow): { plan: CreationPlan; actor: ActorBindingDocument } {
   let plan: CreationPlan;
   let actor: ActorBindingDocument;
   try {
@@ -94,16 +109,50 @@ export function verifyStoredBindings(op: OperationRow): { plan: CreationPlan; ac
   return { plan, actor };
 }
 
+interface OperationPeek {
+  workspace_id: string;
+  actor_json: string;
+  /** The parsed, closed-schema-valid actor document, or null when the stored bytes are not one. */
+  actor: ActorBindingDocument | null;
+}
+
+/** Why 4096: one entry per operation a process touched recently; a few hundred bytes each. */
+const PEEK_CAPACITY = 4096;
+const peekMemo = new Map<string, OperationPeek>();
+
+/**
+ * The operation's workspace and actor document, read before any lock to learn
+ * which workspace and authority to lock first. Both columns are immutable
+ * after Begin, so a process remembers them; the locked read below re-checks
+ * them byte for byte, so a remembered value can never stand in for a changed row.
+ */
+async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek | undefined> {
+  const known = peekMemo.get(operationId);
+  if (known !== undefined) return known;
+  const row = await tx.one<{ workspace_id: string; actor_json: string }>(
+    'SELECT workspace_id, actor_json FROM task_creation_operations WHERE id = ?',
+    [operationId],
+  );
+  if (!row) return undefined;
+  let actor: ActorBindingDocument | null;
+  try {
+    actor = deepFreeze(validateActorBinding(parseCanonical(row.actor_json)));
+  } catch {
+    actor = null;
+  }
+  const peek: OperationPeek = { workspace_id: row.workspace_id, actor_json: row.actor_json, actor };
+  peekMemo.set(operationId, peek);
+  if (peekMemo.size > PEEK_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
+  return peek;
+}
+
 /**
  * Locks workspace (1), authority (1.5) and operation (4.2) and validates the
  * authority. Returns the locked operation with its verified plan and actor.
  */
 export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Promise<GuardedOperation> {
   const operationId = operationIdOf(auth);
-  const peek = await tx.one<{ workspace_id: string; actor_json: string }>(
-    'SELECT workspace_id, actor_json FROM task_creation_operations WHERE id = ?',
-    [operationId],
-  );
+  const peek = await peekOperation(tx, operationId);
   if (!peek) {
     if (auth.kind === 'handle') {
       throw new ConflictError('handle_mismatch', 'no creation operation matches this handle', {
@@ -128,21 +177,33 @@ export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Pr
     });
   }
   if (auth.kind === 'handle') {
-    let actor: ActorBindingDocument;
-    try {
-      actor = validateActorBinding(parseCanonical(peek.actor_json));
-    } catch {
+    if (peek.actor === null) {
       throw new ConflictError('handle_mismatch', 'stored actor document is not valid', { operation_id: operationId });
     }
-    await lockAuthorityLocked(tx, actor, 'handle_mismatch');
+    await lockAuthorityLocked(tx, peek.actor, 'handle_mismatch');
   }
 
   tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
   const raw = await tx.one<OperationRow>(`SELECT ${OP_COLUMNS} FROM task_creation_operations WHERE id = ? FOR UPDATE`, [
     operationId,
   ]);
-  if (!raw) throw new TaskLedgerError('not_found', `creation operation ${operationId} does not exist`, {});
+  if (!raw) {
+    peekMemo.delete(operationId);
+    if (auth.kind === 'handle') {
+      throw new ConflictError('handle_mismatch', 'no creation operation matches this handle', {
+        operation_id: operationId,
+      });
+    }
+    throw new TaskLedgerError('not_found', `creation operation ${operationId} does not exist`, {});
+  }
   const op = normalizeOp(raw);
+  if (op.workspace_id !== peek.workspace_id || op.actor_json !== peek.actor_json) {
+    // Both columns are immutable; a difference means the row was rewritten. Nothing is reused.
+    peekMemo.delete(operationId);
+    throw new ConflictError('handle_mismatch', 'the operation row changed while it was being locked', {
+      operation_id: operationId,
+    });
+  }
   const { plan, actor } = verifyStoredBindings(op);
   if (auth.kind === 'handle') {
     const h = auth.handle;

@@ -10,6 +10,7 @@ import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import type { Tx } from '../db/tx';
+import { VerifiedMemo } from './binding-cache';
 import type { StepRow } from './types';
 
 export const STEP_COLUMNS =
@@ -31,16 +32,15 @@ function normalize(row: StepRow): StepRow {
 
 /** Locks every step of the operation, in ascending id order (tier 7). */
 export async function lockStepsLocked(tx: Tx, operationId: string): Promise<StepRow[]> {
-  const ids = await tx.rows<{ id: string }>('SELECT id FROM task_creation_steps WHERE operation_id = ? ORDER BY id', [
-    operationId,
-  ]);
-  const sorted = ids.map((r) => r.id).sort();
-  for (const id of sorted) tx.lockRow(TIER.STEP, 'task_creation_steps', id);
+  // One statement: the server takes the row locks in id order; the lock plan records the same
+  // acquisitions right after (an out-of-order call still throws and rolls back with zero writes).
   const rows = await tx.rows<StepRow>(
     `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY id FOR UPDATE`,
     [operationId],
   );
-  return rows.map(normalize).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const sorted = rows.map(normalize).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  for (const s of sorted) tx.lockRow(TIER.STEP, 'task_creation_steps', s.id);
+  return sorted;
 }
 
 export function findStep(steps: StepRow[], ref: StepRef): StepRow {
@@ -66,6 +66,17 @@ export function findStepById(steps: StepRow[], stepId: string): StepRow {
  * plan: schema, request hash, plan entry and idempotency key must all agree.
  */
 export function verifyStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
+  // Memoised on every input (binding-cache.ts); `plan` is the memoised, frozen plan, so identity is exact.
+  return requestMemo.get(
+    step.id,
+    [plan, step.kind, step.step_key, step.operation_id, step.request_json, step.request_sha256, step.idempotency_key],
+    () => deriveStepRequest(step, plan),
+  );
+}
+
+const requestMemo = new VerifiedMemo<StepRequest>();
+
+function deriveStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
   const mismatch = (why: string): ConflictError =>
     new ConflictError('evidence_mismatch', `step ${step.kind}/${step.step_key}: ${why}`, { step_id: step.id });
   let request: StepRequest;
