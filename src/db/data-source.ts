@@ -48,7 +48,7 @@ export function createDataSource(config: DbConfig, options: DataSourceOptions = 
     supportBigNumbers: true,
     bigNumberStrings: true,
     dateStrings: false,
-    // Every Store transaction starts READ COMMITTED explicitly (src/db/tx.ts):
+    // Every connection's session runs READ COMMITTED (set once per connection in src/db/tx.ts):
     // REPEATABLE READ's gap locks on absent rows deadlock inserts (docs/adr/0001-lock-keys.md).
     extra: { connectionLimit: poolSize },
   });

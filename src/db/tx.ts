@@ -2,7 +2,8 @@
  * The transaction runner: the only place that begins, commits, rolls back and
  * retries.
  *
- * `runTransaction(db, name, fn)` opens one READ COMMITTED transaction with a
+ * `runTransaction(db, name, fn)` opens one READ COMMITTED transaction (the
+ * session default of every connection) with a
  * fresh LockPlan, runs `fn(tx)`, and commits. A deadlock, serialization or
  * lock-wait failure rolls back and restarts the whole command from tier 1
  * (nothing read in the failed attempt is reused), with capped exponential
@@ -139,14 +140,17 @@ const utcSessions = new WeakSet<object>();
 /**
  * MySQL's NOW(3) and DATETIME defaults follow the session time zone; every
  * connection is switched to UTC once, so stored times read back correctly
- * through the driver's `timezone: 'Z'`. PostgreSQL gets UTC from its
- * connection options.
+ * through the driver's `timezone: 'Z'`, and to READ COMMITTED as its session
+ * default, so a transaction needs no per-transaction `SET TRANSACTION` (one
+ * statement less in each of a creation's dozen transactions). PostgreSQL gets
+ * both from its connection options (src/db/data-source.ts).
  */
-async function ensureUtcSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
+async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
   if (dialect !== 'mysql') return;
   const conn = (qr as unknown as { databaseConnection?: object }).databaseConnection;
   if (!conn || utcSessions.has(conn)) return;
   await qr.query("SET time_zone = '+00:00'");
+  await qr.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
   utcSessions.add(conn);
 }
 
@@ -164,8 +168,9 @@ export async function runTransaction<T>(
     const qr = db.ds.createQueryRunner();
     try {
       await qr.connect();
-      await ensureUtcSession(qr, db.dialect);
-      await qr.startTransaction('READ COMMITTED');
+      await ensureSession(qr, db.dialect);
+      // READ COMMITTED is every connection's session default (ensureSession, data-source.ts).
+      await qr.startTransaction();
       const tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
       if (tx.isRollbackOnly) await qr.rollbackTransaction();
