@@ -3,7 +3,10 @@
  * the effect outside any transaction while a heartbeat renews the lease,
  * record by compare-and-set (inside the handler), then send the wake-ups the
  * operation needs next. A duplicate or stale job finds the step already
- * claimed or finished, does nothing, and says so in the log.
+ * claimed or finished, does nothing, and says so in the log. A permanent
+ * `failed` starts recovery of the operation at once (compensate, then Abort)
+ * instead of waiting for the next sweep; if another step is still running,
+ * the claim finds `claim_in_flight` and the reaper finishes it later.
  */
 import { failpoint } from '../failpoints';
 import { isTaskLedgerError } from '../domain/errors';
@@ -12,6 +15,7 @@ import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { StepHandlers } from '../steps/index';
 import type { EffectDeps, StepHandler } from '../steps/types';
+import { recoverUntilSettled } from '../runtime/recover';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim } from '../store/types';
 import type { StepJob } from '../../queues/names';
@@ -86,5 +90,29 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state, generation: claim.generation }, 'step recorded');
   await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
+  if (state === 'failed') await recoverFailed(deps, job.operationId, log);
   return state;
+}
+
+/** Recovery right after a permanent failure. Its errors are logged, not thrown: the step is recorded, and the sweep retries. */
+async function recoverFailed(deps: StepWorkerDeps, operationId: string, log: Logger): Promise<void> {
+  try {
+    const outcomes = await recoverUntilSettled(
+      {
+        effects: deps.effects,
+        handlers: deps.handlers,
+        queues: deps.queues,
+        log,
+        actor: `${deps.workerId}/recover`.slice(0, 200),
+        leaseMs: deps.leaseMs,
+      },
+      operationId,
+    );
+    log.info(
+      { recovery: outcomes.map((o) => o.action ?? o.skipped) },
+      'permanent step failure: recovery ran for the operation',
+    );
+  } catch (err) {
+    log.warn({ err }, 'recovery after a permanent step failure failed; the reaper will retry');
+  }
 }

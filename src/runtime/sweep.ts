@@ -38,3 +38,49 @@ export async function sweepWakeups(db: Db, queues: QueueSet, workspaceId?: strin
   }
   return { operations: ops.length, outboxWorkspaces: pending.length };
 }
+
+export interface RecoveryCandidateQuery {
+  limit: number;
+  /** An operation none of whose rows changed for this long counts as stalled. */
+  quietMs: number;
+  workspaceId?: string;
+}
+
+/**
+ * Non-terminal operations without a live recovery claim that either need
+ * recovery whatever their age — a step `unknown`, a compensation
+ * `required|unknown` or due `retry_wait`, or a permanently failed step (unless
+ * a compensation waits for its retry time) — or have stalled: neither the
+ * operation nor any of its steps changed for `quietMs` (a live worker renews
+ * its lease well within that), so a lost wake-up or an unfinished Complete is
+ * picked up without racing the workers that drive healthy creations. Oldest
+ * first, at most `limit`.
+ */
+export async function findRecoveryCandidates(db: Db, q: RecoveryCandidateQuery): Promise<string[]> {
+  const pg = db.dialect === 'postgres';
+  const now = pg ? 'clock_timestamp()' : 'NOW(3)';
+  const quietSince = pg
+    ? "clock_timestamp() - (CAST(? AS integer) * interval '1 millisecond')"
+    : 'NOW(3) - INTERVAL (? * 1000) MICROSECOND';
+  const quiet = Math.max(0, Math.floor(q.quietMs));
+  const rows = await readRows<{ id: string }>(
+    db,
+    `SELECT o.id FROM task_creation_operations o
+      WHERE o.state IN ('preparing', 'preparing-release', 'completing')
+        ${q.workspaceId === undefined ? '' : 'AND o.workspace_id = ?'}
+        AND (o.recovery_lease_expires_at IS NULL OR o.recovery_lease_expires_at <= ${now})
+        AND (
+          EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND (
+                    s.state = 'unknown' OR s.compensation_state IN ('required', 'unknown')
+                    OR (s.compensation_state = 'retry_wait' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= ${now}))))
+          OR (EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.state = 'failed')
+              AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id
+                                AND s.compensation_state = 'retry_wait' AND s.next_attempt_at > ${now}))
+          OR (o.updated_at <= ${quietSince}
+              AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.updated_at > ${quietSince}))
+        )
+      ORDER BY o.updated_at LIMIT ${Math.max(1, Math.floor(q.limit))}`,
+    [...(q.workspaceId === undefined ? [] : [q.workspaceId]), quiet, quiet],
+  );
+  return rows.map((r) => r.id);
+}

@@ -1,0 +1,300 @@
+/**
+ * RecoverTaskCreation, the runtime half: `recoverOperation` claims the one
+ * legal RecoveryAction of an operation (`claimTaskCreationRecovery`, one
+ * transaction under the operation lock), runs it OUTSIDE that transaction
+ * (observation, compensation and Git/HTTP I/O never happen under a SQL lock),
+ * then releases the claim (`finishTaskCreationRecovery`, compare-and-set on
+ * recovery generation and owner).
+ *
+ * Actions, each through the Store method that re-verifies its own predicate:
+ * - reconcile_unknown_step: observe every `unknown` step (the kind's
+ *   `observe`), then resolve it only from that proof — present exactly →
+ *   `succeeded` (`armed` for a launch intent), proven absent → `retry_wait`,
+ *   anything else stays `unknown` for an operator. An `unknown` compensation
+ *   has no Store path yet (no compensation claim from `unknown`): logged,
+ *   left for an operator.
+ * - retry_compensation: `runPendingCompensations` (src/compensation/run.ts).
+ * - resume_preparing: re-sends the operation's wake-ups (needs queues).
+ * - complete_preparing / complete_completing: CompleteTaskCreation as the
+ *   operation's recovery actor (phase A then B, or phase B alone, or replay).
+ * - abort_preparing: AbortTaskCreation, cause `step_failed_permanently`.
+ * - dispatch actions: `recoverLaunchDispatch` (hook, see below).
+ * - retry_preparing_release: nothing yet; no path enters `preparing-release`.
+ * - replay_terminal: never claimed (read-only).
+ * A finished Complete or Abort is announced to waiting create requests.
+ */
+import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
+import { runPendingCompensations, type CompensationRunReport } from '../compensation/run';
+import { enqueueRunnable } from '../coordinator/enqueue';
+import type { QueueSet } from '../coordinator/queues';
+import { readRows } from '../db/tx';
+import { isTaskLedgerError } from '../domain/errors';
+import type { RecoveryAction } from '../domain/vocab';
+import type { Logger } from '../log';
+import type { StepHandlers } from '../steps/index';
+import type { EffectDeps, StepHandler } from '../steps/types';
+import { abortTaskCreation } from '../store/abort';
+import { completeTaskCreation } from '../store/complete';
+import { claimTaskCreationRecovery, finishTaskCreationRecovery, type RecoveryClaim } from '../store/recovery';
+import { DEFAULT_LEASE_MS } from '../store/step-claims';
+import { resolveTaskCreationStep } from '../store/step-results';
+import { STEP_COLUMNS } from '../store/step-rows';
+import type { OperationAuthority, StepRow } from '../store/types';
+
+export interface RecoverDeps {
+  effects: EffectDeps;
+  handlers: StepHandlers;
+  queues: QueueSet | null;
+  log: Logger;
+  /** The recovery claim's owner (one per reaper / worker; at most 200 printable ASCII characters). */
+  actor: string;
+  /** Recovery lease; default the step lease. */
+  leaseMs?: number;
+}
+
+export interface ReconcileCounts {
+  succeeded: number;
+  retry: number;
+  stillUnknown: number;
+}
+
+export interface RecoveryOutcome {
+  operationId: string;
+  /** The action that ran under this call's claim, or null when none ran. */
+  action: RecoveryAction | null;
+  /** Why no action ran: the chooser's reason, `replay_terminal`, or a typed conflict (`stale_claim` when another claim is live). */
+  skipped: 'claim_in_flight' | 'replay_terminal' | 'stale_claim' | 'creation_state_conflict' | 'error' | null;
+  detail: string | null;
+  /** The action changed the ledger, so another action may now be legal. */
+  progressed: boolean;
+  reconciled: ReconcileCounts;
+  compensation: CompensationRunReport | null;
+}
+
+/** The abort cause recorded when recovery aborts a creation with a permanently failed step. */
+export const RECOVERY_ABORT_CAUSE = 'step_failed_permanently';
+
+function outcome(operationId: string, fields: Partial<RecoveryOutcome> = {}): RecoveryOutcome {
+  return {
+    operationId,
+    action: null,
+    skipped: null,
+    detail: null,
+    progressed: false,
+    reconciled: { succeeded: 0, retry: 0, stillUnknown: 0 },
+    compensation: null,
+    ...fields,
+  };
+}
+
+const auth = (claim: RecoveryClaim): OperationAuthority => ({
+  kind: 'operation',
+  operationId: claim.operationId,
+  actor: claim.owner,
+});
+
+/** reconcile_unknown_step: observe (I/O, no transaction), then resolve from that proof only. */
+async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, counts: ReconcileCounts): Promise<void> {
+  const rows = await readRows<StepRow>(
+    deps.effects.db,
+    `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? AND (state = 'unknown' OR compensation_state = 'unknown') ORDER BY id`,
+    [claim.operationId],
+  );
+  for (const raw of rows) {
+    const step: StepRow = {
+      ...raw,
+      generation: Number(raw.generation),
+      attempt: Number(raw.attempt),
+      compensation_generation: Number(raw.compensation_generation),
+    };
+    const log = deps.log.child({ operation_id: step.operation_id, step_id: step.id, kind: step.kind });
+    if (step.state !== 'unknown') {
+      // D2: an expired compensation lease. No Store path resolves it yet (a compensation claim starts from required|retry_wait).
+      log.warn('compensation is unknown (its lease expired); left for an operator');
+      counts.stillUnknown++;
+      continue;
+    }
+    const handler = deps.handlers[step.kind] as StepHandler;
+    let observation;
+    try {
+      observation = await handler.observe(deps.effects, step);
+    } catch (err) {
+      log.warn({ err }, 'could not observe an unknown step; it stays unknown');
+      counts.stillUnknown++;
+      continue;
+    }
+    if (observation.effect === 'conflict') {
+      log.warn(
+        { evidence: observation.evidence.observation },
+        'unknown step: mixed, foreign or changed effect; left for an operator',
+      );
+      counts.stillUnknown++;
+      continue;
+    }
+    try {
+      const to = await resolveTaskCreationStep(
+        deps.effects.db,
+        auth(claim),
+        { kind: step.kind, stepKey: step.step_key },
+        {
+          resolution: observation.effect === 'present_exact' ? 'succeeded' : 'retry_wait',
+          evidence: observation.evidence,
+        },
+      );
+      if (to === 'retry_wait') counts.retry++;
+      else counts.succeeded++;
+      log.info({ resolved: to }, 'unknown step reconciled from observation');
+    } catch (err) {
+      if (!isTaskLedgerError(err)) throw err;
+      log.warn({ code: err.code, detail: err.message }, 'unknown step not resolved');
+      counts.stillUnknown++;
+    }
+  }
+}
+
+/**
+ * Launch-dispatch recovery (`reconcile_launch_dispatch`,
+ * `retry_launch_dispatch`, `transfer_launch_dispatch`).
+ * TODO(issue 4, dispatch recovery): delegate to src/runtime/dispatch-recovery.ts
+ * once it lands; that module observes the runtime, passes its proof to
+ * `claimTaskCreationRecovery(..., { dispatchProof })` and drives the claim.
+ * Until then the claim is taken and released with no effect.
+ */
+export function recoverLaunchDispatch(deps: RecoverDeps, claim: RecoveryClaim): Promise<boolean> {
+  deps.log.warn(
+    { operation_id: claim.operationId, action: claim.action },
+    'launch-dispatch recovery is not available in this build; nothing done',
+  );
+  return Promise.resolve(false);
+}
+
+/** Wakes requests waiting for this creation, and (after Complete) the workspace's outbox dispatcher. */
+async function announceEnd(deps: RecoverDeps, claim: RecoveryClaim, completed: boolean): Promise<void> {
+  const queues = deps.queues;
+  if (!queues) return;
+  const log = deps.log.child({ operation_id: claim.operationId });
+  await queues.creationEvents
+    .announce(claim.operationId)
+    .catch((err: unknown) => log.warn({ err }, 'could not announce the ended creation; waiters will poll'));
+  if (completed) {
+    await queues
+      .get(OUTBOX_QUEUE)
+      .add('dispatch', { workspaceId: claim.workspaceId } satisfies OutboxJob, {
+        jobId: `outbox-${claim.workspaceId}-${Date.now()}`,
+      })
+      .catch((err: unknown) => log.warn({ err }, 'could not wake the outbox dispatcher; the sweep will'));
+  }
+}
+
+/** Runs the claimed action. Returns whether it changed the ledger. */
+async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryOutcome): Promise<boolean> {
+  const db = deps.effects.db;
+  switch (claim.action) {
+    case 'reconcile_unknown_step':
+      await reconcileUnknownSteps(deps, claim, out.reconciled);
+      return out.reconciled.succeeded + out.reconciled.retry > 0;
+    case 'retry_compensation': {
+      const r = await runPendingCompensations(deps.effects, claim.operationId, claim.owner);
+      out.compensation = r;
+      return r.compensated + r.transferred + r.retry + r.unknown > 0;
+    }
+    case 'resume_preparing':
+      if (deps.queues) await enqueueRunnable(db, deps.queues, claim.operationId);
+      // Wake-ups change nothing in the ledger.
+      return false;
+    case 'complete_preparing':
+    case 'complete_completing': {
+      const r = await completeTaskCreation(db, auth(claim));
+      deps.log.info(
+        { operation_id: claim.operationId, outcome: r.outcome, event_id: r.eventId, replayed: r.replayed },
+        'creation completed by recovery',
+      );
+      await announceEnd(deps, claim, true);
+      return true;
+    }
+    case 'abort_preparing': {
+      const r = await abortTaskCreation(db, auth(claim), RECOVERY_ABORT_CAUSE);
+      deps.log.info(
+        { operation_id: claim.operationId, cause: r.cause, replayed: r.replayed, cleanup_jobs: r.cleanupJobIds },
+        'creation aborted by recovery',
+      );
+      await announceEnd(deps, claim, false);
+      return true;
+    }
+    case 'reconcile_launch_dispatch':
+    case 'retry_launch_dispatch':
+    case 'transfer_launch_dispatch':
+      return recoverLaunchDispatch(deps, claim);
+    case 'retry_preparing_release':
+      deps.log.warn(
+        { operation_id: claim.operationId },
+        'preparing-release recovery is not available in this build; nothing done',
+      );
+      return false;
+    case 'replay_terminal':
+      return false;
+  }
+}
+
+/** Claims, runs the single legal action, releases the claim. Never throws a TaskLedgerError. */
+export async function recoverOperation(deps: RecoverDeps, operationId: string): Promise<RecoveryOutcome> {
+  const log = deps.log.child({ operation_id: operationId, recovery_owner: deps.actor });
+  let claimed;
+  try {
+    claimed = await claimTaskCreationRecovery(
+      deps.effects.db,
+      operationId,
+      deps.actor,
+      deps.leaseMs ?? DEFAULT_LEASE_MS,
+    );
+  } catch (err) {
+    if (!isTaskLedgerError(err)) throw err;
+    const skipped = err.code === 'stale_claim' || err.code === 'creation_state_conflict' ? err.code : 'error';
+    if (skipped === 'stale_claim') log.debug({ detail: err.message }, 'another recovery claim is live');
+    else log.warn({ code: err.code, detail: err.message }, 'no recovery action may run; zero writes');
+    return outcome(operationId, { skipped, detail: `${err.code}: ${err.message}` });
+  }
+  if (!claimed.claimed) {
+    const d = claimed.decision;
+    return d.action === null
+      ? outcome(operationId, { skipped: d.reason, detail: d.detail })
+      : outcome(operationId, { skipped: 'replay_terminal' });
+  }
+  const claim: RecoveryClaim = claimed;
+  const out = outcome(operationId, { action: claim.action });
+  try {
+    out.progressed = await runAction(deps, claim, out);
+  } catch (err) {
+    if (!isTaskLedgerError(err)) throw err;
+    log.warn({ action: claim.action, code: err.code, detail: err.message }, 'recovery action refused by the Store');
+    out.detail = `${err.code}: ${err.message}`;
+  } finally {
+    await finishTaskCreationRecovery(deps.effects.db, claim).catch((err: unknown) => {
+      if (!isTaskLedgerError(err, 'stale_claim')) throw err;
+      log.warn({ generation: claim.generation }, 'recovery claim was taken over before it was released');
+    });
+  }
+  return out;
+}
+
+/** Why 4: the longest chain is reconcile → compensate → abort (or reconcile → complete); one spare round. */
+export const MAX_RECOVERY_ROUNDS = 4;
+
+/**
+ * Recovers an operation until no action makes progress: e.g. reconcile an
+ * unknown step, then Complete; or compensate, then Abort. Each round is one
+ * `recoverOperation` (its own claim).
+ */
+export async function recoverUntilSettled(
+  deps: RecoverDeps,
+  operationId: string,
+  maxRounds = MAX_RECOVERY_ROUNDS,
+): Promise<RecoveryOutcome[]> {
+  const outcomes: RecoveryOutcome[] = [];
+  for (let round = 0; round < maxRounds; round++) {
+    const out = await recoverOperation(deps, operationId);
+    outcomes.push(out);
+    if (!out.progressed) break;
+  }
+  return outcomes;
+}
