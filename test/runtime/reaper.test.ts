@@ -1,7 +1,9 @@
 /**
  * The reaper's sweep: expired leases become `unknown` (never `failed`),
  * unknown steps are resolved only from an observation of the real effect,
- * and wake-ups lost from Redis are re-sent from the ledger. Both dialects.
+ * a failed creation is aborted and a stalled one completed (never a creation
+ * still being driven), and wake-ups lost from Redis are re-sent from the
+ * ledger. Both dialects.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log';
@@ -11,11 +13,11 @@ import { sweepOnce } from '../../src/runtime/reaper';
 import { defaultStepHandlers } from '../../src/steps/index';
 import { beginTaskCreation } from '../../src/store/begin';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
-import { completeTaskCreationStep } from '../../src/store/step-results';
+import { completeTaskCreationStep, failTaskCreationStep } from '../../src/store/step-results';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
-import { presentEvidence } from '../support/evidence';
+import { permanentFailure, presentEvidence } from '../support/evidence';
 import { begin, driveAllSteps, expectTyped, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 import { startWorld, waitFor } from '../fleet/support';
@@ -30,7 +32,7 @@ afterAll(async () => {
   await provider?.close();
 });
 
-function deps(dataDir: string, workspaceId: string) {
+function deps(dataDir: string, workspaceId: string, quietMs?: number) {
   return {
     effects: {
       db: t.db,
@@ -44,6 +46,7 @@ function deps(dataDir: string, workspaceId: string) {
     log: silentLogger(),
     actor: 'reaper:test',
     workspaceId,
+    quietMs,
   };
 }
 
@@ -130,6 +133,51 @@ describe('lease expiry and reconciliation', () => {
     expect(row!.state).toBe('succeeded');
     expect(provider.comments('acme/app', 5).filter((c) => c.body.includes(res.task.id))).toHaveLength(1);
     expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+  });
+});
+
+describe('recovery actions run by the sweep', () => {
+  const opState = async (operationId: string) => {
+    const [op] = await sql<{ state: string; recovery_generation: number; abort_cause: string | null }>(
+      t.db,
+      'SELECT state, recovery_generation, abort_cause FROM task_creation_operations WHERE id = ?',
+      [operationId],
+    );
+    return { ...op!, recovery_generation: Number(op!.recovery_generation) };
+  };
+
+  it('a creation with a permanently failed step and no effect is aborted by the next sweep', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
+    const claim = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'w');
+    await failTaskCreationStep(t.db, claim, permanentFailure(claim));
+    const report = await sweepOnce(deps(ws.dataDir, ws.workspaceId));
+    expect(report.recovered.abort_preparing).toBe(1);
+    expect(report.recoveryConflicts).toBe(0);
+    expect(await opState(res.operationId)).toMatchObject({
+      state: 'aborted',
+      abort_cause: 'step_failed_permanently',
+      recovery_generation: 1,
+    });
+    // Aborted: later sweeps leave it alone.
+    expect((await sweepOnce(deps(ws.dataDir, ws.workspaceId))).recoveryCandidates).toBe(0);
+  });
+
+  it('a creation that was just active is not raced; once quiet, the sweep completes it', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    // Default quiet period (the lease): the steps were just recorded, a worker may be about to Complete.
+    const early = await sweepOnce(deps(ws.dataDir, ws.workspaceId));
+    expect(early.recoveryCandidates).toBe(0);
+    expect(await opState(res.operationId)).toMatchObject({ state: 'preparing', recovery_generation: 0 });
+    const late = await sweepOnce(deps(ws.dataDir, ws.workspaceId, 0));
+    expect(late.recovered.complete_preparing).toBe(1);
+    expect(await opState(res.operationId)).toMatchObject({ state: 'completed', recovery_generation: 1 });
+    expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
   });
 });
 
