@@ -1,18 +1,42 @@
 /**
- * Executors start agent runtimes. The default local-process executor runs the
- * agent profile's command in the task's worktree, detached, with its output in
- * a log file. Before spawning it writes a start marker keyed by the dispatch
- * idempotency key; a second start for the same key finds the marker and
- * returns the recorded runtime instead of starting a second agent.
+ * Executors start agent runtimes and, for recovery, observe whether a
+ * dispatch started one. The default local-process executor runs the agent
+ * profile's command in the task's worktree, detached, with its output in a
+ * log file and the dispatch idempotency key in its environment.
+ *
+ * Start: before spawning it creates a start marker keyed by the session
+ * (exclusively: a second concurrent start finds it), holding the idempotency
+ * key and the claim generation. A second start for the same key finds a
+ * `started` marker and returns the recorded runtime instead of starting a
+ * second agent; a marker written by a later claim generation makes the
+ * earlier start stale (it does nothing).
+ *
+ * Observe (the recovery proof): runtime proof = a `started` marker for this
+ * key whose agent is alive (a process carries the key) or whose exit was
+ * recorded, or a `starting` marker with a live process carrying the key.
+ * No-dispatch proof = no marker (or a `refused` one) for this key AND no
+ * process carrying the key. Anything else is no proof either way.
  */
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { mkdirSync, openSync, closeSync, readFileSync, renameSync, writeFileSync, existsSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { join } from 'node:path';
-import { canonicalJson } from '../canonical/canonical-json';
+import { DISPATCH_KEY_ENV, findDispatchProcesses } from './dispatch-processes';
+import {
+  createMarkerExclusive,
+  markerSha256,
+  readExitRecord,
+  readMarker,
+  replaceMarker,
+  retireMarker,
+  writeExitRecord,
+  type ExitRecord,
+  type StartMarker,
+} from './start-marker';
 
 export interface StartRequest {
   idempotencyKey: string;
+  /** The dispatch claim generation doing this start. */
+  generation: number;
   sessionId: string;
   taskId: string;
   operationId: string;
@@ -29,11 +53,46 @@ export interface StartedRuntime {
   started: boolean;
 }
 
+/** Which dispatch to observe: its idempotency key, session and current claim generation. */
+export interface DispatchRef {
+  idempotencyKey: string;
+  sessionId: string;
+  generation: number;
+}
+
+export interface ObservedRuntime {
+  idempotencyKey: string;
+  pid: number | null;
+  handle: Record<string, unknown>;
+  startMarkerSha256: string;
+  /** A process carrying the dispatch key is alive now. */
+  alive: boolean;
+  exit: ExitRecord | null;
+}
+
+export interface NoDispatchEvidence {
+  idempotency_key: string;
+  generation: number;
+  executor: string;
+  /** `absent`: no marker for this session; `refused`: the OS refused the spawn. */
+  marker: 'absent' | 'refused';
+  processes: 0;
+}
+
+export type DispatchObservation =
+  | { proof: 'runtime'; runtime: ObservedRuntime }
+  | { proof: 'no_dispatch'; evidence: NoDispatchEvidence }
+  | { proof: null; reason: string };
+
 export class ExecutorError extends Error {
   constructor(
     message: string,
-    /** `no_dispatch`: proven not started (spawn refused); `ambiguous`: may be running. */
-    readonly failureClass: 'no_dispatch' | 'ambiguous',
+    /**
+     * `no_dispatch`: proven not started (spawn refused); `ambiguous`: may be
+     * running; `stale`: a later claim generation owns the dispatch, nothing
+     * was done.
+     */
+    readonly failureClass: 'no_dispatch' | 'ambiguous' | 'stale',
   ) {
     super(message);
     this.name = 'ExecutorError';
@@ -43,15 +102,9 @@ export class ExecutorError extends Error {
 export interface Executor {
   readonly kind: string;
   start(req: StartRequest): Promise<StartedRuntime>;
+  /** Reads only; never starts or stops anything. */
+  observe(ref: DispatchRef): Promise<DispatchObservation>;
 }
-
-function writeAtomic(path: string, text: string): void {
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, text);
-  renameSync(tmp, path);
-}
-
-const sha = (s: string) => createHash('sha256').update(s).digest('hex');
 
 export class LocalProcessExecutor implements Executor {
   readonly kind = 'local';
@@ -62,41 +115,66 @@ export class LocalProcessExecutor implements Executor {
     return join(this.runtimeDir, `${sessionId}.json`);
   }
 
+  exitPath(sessionId: string): string {
+    return join(this.runtimeDir, `${sessionId}.exit.json`);
+  }
+
+  private logPath(sessionId: string): string {
+    return join(this.runtimeDir, `${sessionId}.log`);
+  }
+
+  private handle(marker: StartMarker, pid: number | null): Record<string, unknown> {
+    return { kind: this.kind, pid, marker: this.markerPath(marker.session_id), log: this.logPath(marker.session_id) };
+  }
+
   async start(req: StartRequest): Promise<StartedRuntime> {
     mkdirSync(this.runtimeDir, { recursive: true });
     const marker = this.markerPath(req.sessionId);
-    if (existsSync(marker)) {
-      const doc = JSON.parse(readFileSync(marker, 'utf8')) as {
-        idempotency_key: string;
-        pid: number | null;
-        state: string;
-      };
+    const existing = readMarker(marker);
+    if (existing) {
+      const doc = existing.doc;
       if (doc.idempotency_key !== req.idempotencyKey)
         throw new ExecutorError('start marker belongs to another dispatch', 'ambiguous');
+      if (doc.generation > req.generation)
+        throw new ExecutorError(`claim generation ${doc.generation} owns this dispatch`, 'stale');
       if (doc.state === 'starting') throw new ExecutorError('an earlier start may have spawned the agent', 'ambiguous');
       if (doc.state === 'started') {
-        const text = readFileSync(marker, 'utf8');
         return {
           pid: doc.pid,
-          handle: { kind: 'local', pid: doc.pid, marker },
-          startMarkerSha256: sha(text),
+          handle: this.handle(doc, doc.pid),
+          startMarkerSha256: markerSha256(existing.text),
           started: false,
         };
       }
-      // `refused`: the OS never started it; starting again is safe.
+      // `refused`: the OS never started it; starting again is safe once the marker is ours.
+      if (!retireMarker(marker, doc.generation)) throw new ExecutorError('another start raced this one', 'ambiguous');
     }
     const [cmd, ...args] = req.command;
     if (!cmd) throw new ExecutorError('agent profile has an empty command', 'no_dispatch');
-    writeAtomic(
-      marker,
-      canonicalJson({ idempotency_key: req.idempotencyKey, session_id: req.sessionId, state: 'starting', pid: null }),
-    );
-    const logPath = join(this.runtimeDir, `${req.sessionId}.log`);
+    const base = {
+      idempotency_key: req.idempotencyKey,
+      session_id: req.sessionId,
+      generation: req.generation,
+    };
+    if (!createMarkerExclusive(marker, { ...base, state: 'starting', pid: null })) {
+      throw new ExecutorError('another start created the marker first', 'ambiguous');
+    }
+    return await this.spawnAgent(req, cmd, args, base);
+  }
+
+  private async spawnAgent(
+    req: StartRequest,
+    cmd: string,
+    args: string[],
+    base: Pick<StartMarker, 'idempotency_key' | 'session_id' | 'generation'>,
+  ): Promise<StartedRuntime> {
+    const marker = this.markerPath(req.sessionId);
+    const logPath = this.logPath(req.sessionId);
     const fd = openSync(logPath, 'a');
     const child = await new Promise<ReturnType<typeof spawn>>((resolve, reject) => {
       const c = spawn(cmd, args, {
         cwd: req.cwd,
-        env: { ...process.env, ...req.env },
+        env: { ...process.env, ...req.env, [DISPATCH_KEY_ENV]: req.idempotencyKey },
         detached: true,
         stdio: ['ignore', fd, fd],
       });
@@ -105,28 +183,82 @@ export class LocalProcessExecutor implements Executor {
     })
       .catch((err: Error) => {
         // The OS refused to start it (ENOENT, EACCES): proven not dispatched.
-        writeAtomic(
-          marker,
-          canonicalJson({
-            idempotency_key: req.idempotencyKey,
-            session_id: req.sessionId,
-            state: 'refused',
-            pid: null,
-          }),
-        );
+        replaceMarker(marker, { ...base, state: 'refused', pid: null });
         throw new ExecutorError(`could not start ${cmd}: ${err.message}`, 'no_dispatch');
       })
       .finally(() => closeSync(fd));
-    child.unref();
     const pid = child.pid ?? null;
-    const text = canonicalJson({
-      idempotency_key: req.idempotencyKey,
-      session_id: req.sessionId,
-      state: 'started',
-      pid,
-      log: logPath,
+    child.once('exit', (code, signal) => {
+      try {
+        writeExitRecord(this.exitPath(req.sessionId), { pid, code, signal });
+      } catch {
+        // Best effort: recovery then needs a live process to prove the runtime.
+      }
     });
-    writeAtomic(marker, text);
-    return { pid, handle: { kind: 'local', pid, marker, log: logPath }, startMarkerSha256: sha(text), started: true };
+    child.unref();
+    const doc: StartMarker = { ...base, state: 'started', pid, log: logPath };
+    const text = replaceMarker(marker, doc);
+    return { pid, handle: this.handle(doc, pid), startMarkerSha256: markerSha256(text), started: true };
+  }
+
+  observe(ref: DispatchRef): Promise<DispatchObservation> {
+    return Promise.resolve(this.observeSync(ref));
+  }
+
+  private observeSync(ref: DispatchRef): DispatchObservation {
+    const none = (reason: string): DispatchObservation => ({ proof: null, reason });
+    let found;
+    try {
+      found = readMarker(this.markerPath(ref.sessionId));
+    } catch (err) {
+      return none(`start marker unreadable: ${(err as Error).message}`);
+    }
+    const pids = findDispatchProcesses(ref.idempotencyKey);
+    if (pids === null) return none('processes cannot be enumerated on this host');
+    const noDispatch = (marker: 'absent' | 'refused'): DispatchObservation => ({
+      proof: 'no_dispatch',
+      evidence: {
+        idempotency_key: ref.idempotencyKey,
+        generation: ref.generation,
+        executor: this.kind,
+        marker,
+        processes: 0,
+      },
+    });
+    if (!found) return pids.length === 0 ? noDispatch('absent') : none('a process carries the key but no marker');
+    const { doc, text } = found;
+    if (doc.idempotency_key !== ref.idempotencyKey) return none('the start marker belongs to another dispatch');
+    if (doc.generation > ref.generation) return none(`the start marker is from a later generation ${doc.generation}`);
+    const alive = pids.length > 0;
+    const runtime = (pid: number | null, exit: ExitRecord | null): DispatchObservation => ({
+      proof: 'runtime',
+      runtime: {
+        idempotencyKey: ref.idempotencyKey,
+        pid,
+        handle: this.handle(doc, pid),
+        startMarkerSha256: markerSha256(text),
+        alive,
+        exit,
+      },
+    });
+    switch (doc.state) {
+      case 'refused':
+        return alive ? none('a refused marker but a process carries the key') : noDispatch('refused');
+      case 'starting':
+        // The worker died between spawn and writing `started`: only a live process proves the start.
+        if (!alive) return none('the start marker says starting and no process carries the key');
+        return runtime(pids.length === 1 ? pids[0]! : null, null);
+      case 'started': {
+        let exit: ExitRecord | null = null;
+        try {
+          exit = readExitRecord(this.exitPath(ref.sessionId));
+        } catch {
+          exit = null;
+        }
+        if (exit !== null && exit.pid !== doc.pid) exit = null;
+        if (!alive && exit === null) return none('started, but the agent is neither alive nor has a recorded exit');
+        return runtime(doc.pid, exit);
+      }
+    }
   }
 }

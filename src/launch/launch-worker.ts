@@ -1,8 +1,11 @@
 /**
  * Processes a launch wake-up (sent by the outbox dispatcher after
- * `task.created` is committed): take the dispatch claim, start the agent
- * through the executor outside any transaction, record the runtime handle.
- * A refused claim (not completed, already launched, stale) is a logged no-op.
+ * `task.created` is committed, or by dispatch recovery after a proven
+ * no-dispatch retry): take the dispatch claim, re-check it right before any
+ * I/O, start the agent through the executor outside any transaction, record
+ * the runtime handle. A refused claim (not completed, already launched, a
+ * wake-up for another generation) or a claim that went stale before the
+ * start (lease expired, recovered, retried) is a logged no-op.
  */
 import { failpoint } from '../failpoints';
 import { mkdirSync } from 'node:fs';
@@ -12,7 +15,12 @@ import { parseCanonical } from '../canonical/canonical-json';
 import { readRows, type Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
-import { claimLaunchDispatch, failLaunchDispatch, recordLaunchDispatch } from '../store/launch-dispatch';
+import {
+  claimLaunchDispatch,
+  confirmLaunchDispatchClaim,
+  failLaunchDispatch,
+  recordLaunchDispatch,
+} from '../store/launch-dispatch';
 import { ExecutorError, type Executor } from './executor';
 
 export interface LaunchWorkerDeps {
@@ -48,9 +56,20 @@ async function launchSpec(db: Db, taskId: string, agentProfileId: string, dataDi
   return { command: executor.command ?? [], cwd };
 }
 
+/**
+ * A launch wake-up. `generation` is the dispatch claim generation it was sent
+ * for (recovery's retries carry it; the outbox's first wake-up does not and
+ * accepts whatever claimable state the ledger holds).
+ */
+export type LaunchWakeup = LaunchJob & { generation?: number };
+
+/** Job ID of a recovery retry: one wake-up per claim generation (BullMQ IDs may not contain ':'). */
+export const launchRetryJobId = (operationId: string, sessionId: string, generation: number): string =>
+  `launch-${operationId}-${sessionId}-g${generation}`;
+
 export async function processLaunchJob(
   deps: LaunchWorkerDeps,
-  job: LaunchJob,
+  job: LaunchWakeup,
 ): Promise<'launched' | 'skipped' | 'failed'> {
   const log = deps.log.child({ operation_id: job.operationId, session_id: job.sessionId });
   const claim = await claimLaunchDispatch(
@@ -58,6 +77,7 @@ export async function processLaunchJob(
     { operationId: job.operationId, sessionId: job.sessionId },
     deps.workerId,
     deps.leaseMs,
+    job.generation,
   );
   if ('refused' in claim) {
     log.info({ reason: claim.refused }, 'launch job not applicable: nothing to do');
@@ -69,9 +89,16 @@ export async function processLaunchJob(
     sessionId: claim.sessionId,
   });
   const spec = await launchSpec(deps.db, claim.taskId, claim.request.agent_profile_id, deps.dataDir);
+  // A worker paused past its lease may have been recovered and retried: only a live claim may start anything.
+  if (!(await confirmLaunchDispatchClaim(deps.db, claim, deps.leaseMs))) {
+    log.info({ generation: claim.generation }, 'dispatch claim went stale before the start: nothing started');
+    deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'stale' });
+    return 'skipped';
+  }
   try {
     const runtime = await deps.executor.start({
       idempotencyKey: claim.idempotencyKey,
+      generation: claim.generation,
       sessionId: claim.sessionId,
       taskId: claim.taskId,
       operationId: claim.operationId,
@@ -88,16 +115,20 @@ export async function processLaunchJob(
     log.info({ pid: runtime.pid, started: runtime.started }, 'agent launched');
     return 'launched';
   } catch (err) {
-    if (err instanceof ExecutorError) {
-      const state = await failLaunchDispatch(deps.db, claim, {
-        class: err.failureClass,
-        code: err.failureClass === 'no_dispatch' ? 'spawn_refused' : 'start_ambiguous',
-        message: err.message,
-      });
-      deps.metrics?.launches.inc({ state });
-      log.warn({ err: err.message, state }, 'agent launch failed');
-      return 'failed';
+    if (!(err instanceof ExecutorError)) throw err;
+    const cls = err.failureClass;
+    if (cls === 'stale') {
+      log.info({ err: err.message, generation: claim.generation }, 'a later claim generation owns the dispatch');
+      deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'stale' });
+      return 'skipped';
     }
-    throw err;
+    const state = await failLaunchDispatch(deps.db, claim, {
+      class: cls,
+      code: cls === 'no_dispatch' ? 'spawn_refused' : 'start_ambiguous',
+      message: err.message,
+    });
+    deps.metrics?.launches.inc({ state });
+    log.warn({ err: err.message, state }, 'agent launch failed');
+    return 'failed';
   }
 }

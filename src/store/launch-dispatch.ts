@@ -14,6 +14,12 @@
  * `running -> succeeded` with the runtime handle and evidence, session
  * `running`, one `executors_running` row. failLaunchDispatch — `running ->
  * retry_wait` (authenticated no-dispatch proof) or `unknown`.
+ * confirmLaunchDispatchClaim — locks only the dispatch claim 8.2: the
+ * compare-and-set that renews the lease of a live `running` claim of this
+ * generation and owner, re-checked right before the runtime is started, so a
+ * stale claim (expired, recovered, retried by a later generation) performs no
+ * I/O. claimLaunchDispatch with an expected generation refuses a wake-up sent
+ * for another generation (a stale launch job).
  * No event is written; the agent never starts before `task.created` exists.
  */
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
@@ -54,7 +60,11 @@ export function dispatchIdempotencyKey(operationId: string, sessionId: string): 
   return `task-launch/${operationId}/${sessionId}`;
 }
 
-async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessionId: string, actor: string) {
+/**
+ * Locks the LaunchTask prefix (workspace 1 .. steps 7) and checks that a
+ * launch is legal for this session; exported for launch-dispatch recovery.
+ */
+export async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessionId: string, actor: string) {
   const { op, plan } = await guardOperationLocked(tx, { kind: 'operation', operationId, actor });
   if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
   const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false });
@@ -70,7 +80,7 @@ async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessionId: st
   if (!intent || intent.state !== 'armed') return { refused: 'no armed launch intent for this session' } as const;
   const request = verifyStepRequest(intent, plan) as LaunchIntentRequest;
   verifyStoredEvidence({ ...intent, state: 'succeeded' });
-  return { op, task, intent, request };
+  return { op, task, intent, request, steps };
 }
 
 export async function claimLaunchDispatch(
@@ -78,6 +88,8 @@ export async function claimLaunchDispatch(
   target: { operationId: string; sessionId: string },
   owner: string,
   leaseMs: number,
+  /** The claim generation the wake-up was sent for (0 before any claim); undefined accepts any. */
+  expectedGeneration?: number,
 ): Promise<DispatchClaim | DispatchRefusal> {
   return runTransaction(db, 'ClaimLaunchDispatch', async (tx) => {
     const p = await lockLaunchPrefixLocked(tx, target.operationId, target.sessionId, owner);
@@ -114,6 +126,9 @@ export async function claimLaunchDispatch(
       ))!;
     }
     if (row.state !== 'planned' && row.state !== 'retry_wait') return { refused: `dispatch claim is ${row.state}` };
+    if (expectedGeneration !== undefined && Number(row.generation) !== expectedGeneration) {
+      return { refused: `stale launch job for generation ${expectedGeneration}; the claim is at ${row.generation}` };
+    }
     tx.lockRow(TIER.SESSION, 'task_sessions', target.sessionId);
     const session = await tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [
       target.sessionId,
@@ -162,23 +177,44 @@ async function casDispatchLocked(
     throw new ConflictError('stale_claim', 'dispatch claim is stale', { dispatch_id: claim.dispatchId });
 }
 
-export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: RuntimeProof): Promise<void> {
-  const evidence = {
+export async function confirmLaunchDispatchClaim(db: Db, claim: DispatchClaim, leaseMs: number): Promise<boolean> {
+  return runTransaction(db, 'ConfirmLaunchDispatchClaim', async (tx) => {
+    tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', claim.dispatchId);
+    const changed = await tx.exec(
+      `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
+        WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}
+          AND deletion_operation_id IS NULL`,
+      [leaseMs, claim.dispatchId, claim.generation, claim.owner],
+    );
+    return changed === 1;
+  });
+}
+
+/** The canonical evidence of a started runtime (recorded by the worker or reconciled by recovery). */
+export function dispatchEvidenceJson(
+  claim: { dispatchId: string; idempotencyKey: string; requestSha256: string },
+  proof: Pick<RuntimeProof, 'handle' | 'startMarkerSha256'>,
+): { json: string; sha256: string } {
+  const json = canonicalJson({
     version: 1,
     dispatch_id: claim.dispatchId,
     idempotency_key: claim.idempotencyKey,
     request_sha256: claim.requestSha256,
     runtime_handle: proof.handle,
     start_marker_sha256: proof.startMarkerSha256,
-  };
-  const evidenceJson = canonicalJson(evidence);
+  });
+  return { json, sha256: domainHash(DISPATCH_EVIDENCE_DOMAIN, json) };
+}
+
+export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: RuntimeProof): Promise<void> {
+  const evidence = dispatchEvidenceJson(claim, proof);
   await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
     const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
     if ('refused' in p) throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
     await casDispatchLocked(tx, claim, 'succeeded', ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?', [
       canonicalJson(proof.handle),
-      evidenceJson,
-      domainHash(DISPATCH_EVIDENCE_DOMAIN, evidenceJson),
+      evidence.json,
+      evidence.sha256,
     ]);
     tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
     await tx.exec(`UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`, [claim.sessionId]);
