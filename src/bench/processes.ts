@@ -6,6 +6,7 @@
  * (VmRSS from /proc/<pid>/status) is sampled and its maximum kept.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { NODE_ARGS } from '../../ecosystem.config.js';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
@@ -45,10 +46,13 @@ function remember(child: BenchChild, line: string): void {
   if (child.tail.length > 30) child.tail.shift();
 }
 
-/** Extra Node flags for every child, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to profile the fleet. */
+/**
+ * Node flags for every child: the production fleet's (ecosystem.config.js), then
+ * any extra, e.g. TASKLEDGER_BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the fleet.
+ */
 function childNodeArgs(env: NodeJS.ProcessEnv): string[] {
   const raw = env.TASKLEDGER_BENCH_NODE_ARGS?.trim();
-  return raw ? raw.split(/\s+/) : [];
+  return [...NODE_ARGS, ...(raw ? raw.split(/\s+/) : [])];
 }
 
 /** Every child still running, so an interrupted bench can stop them (`stopAllChildren`). */
