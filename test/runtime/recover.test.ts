@@ -17,7 +17,12 @@ import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { silentLogger } from '../../src/log';
 import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { createProviderRegistry } from '../../src/providers/registry';
-import { recoverOperation, RECOVERY_ABORT_CAUSE, type RecoverDeps } from '../../src/runtime/recover';
+import {
+  recoverOperation,
+  recoverUntilSettled,
+  RECOVERY_ABORT_CAUSE,
+  type RecoverDeps,
+} from '../../src/runtime/recover';
 import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/steps/index';
 import type { StepHandler } from '../../src/steps/types';
@@ -211,6 +216,22 @@ describe('each RecoveryAction from its state', () => {
     expect(out.action).toBe('retry_compensation');
     expect(out.compensation).not.toBeNull();
     await expectReleasedClaim(c.res.operationId, 'retry_compensation', 'reaper-a');
+  });
+
+  it('compensate, then abort: recoverUntilSettled undoes the succeeded session and aborts the creation', async () => {
+    const c = await sessionCreation();
+    const session = await c.stepOf('session_prepare');
+    const s = await claimTaskCreationStep(t.db, c.auth, { kind: 'session_prepare', stepKey: session.step_key }, 'w');
+    await (defaultStepHandlers.session_prepare as StepHandler).perform(effects(c.ws.dataDir), s, async () => {});
+    const launch = await c.stepOf('launch_intent');
+    const l = await claimTaskCreationStep(t.db, c.auth, { kind: 'launch_intent', stepKey: launch.step_key }, 'w');
+    await failTaskCreationStep(t.db, l, permanentFailure(l));
+    const outs = await recoverUntilSettled(deps(c.ws, 'reaper-a'), c.res.operationId);
+    expect(outs.map((o) => o.action)).toEqual(['retry_compensation', 'abort_preparing', null]);
+    expect(outs[0]!.compensation).toMatchObject({ compensated: 1 });
+    expect((await c.stepOf('session_prepare')).compensation_state).toBe('compensated');
+    expect(await opRow(c.res.operationId)).toMatchObject({ state: 'aborted', recovery_generation: 2 });
+    expect(await count(t.db, 'task_sessions', 'task_id = ?', [c.res.task.id])).toBe(0);
   });
 });
 
