@@ -1,12 +1,24 @@
 /**
  * Runs an operation's pending compensations (`required`, or `retry_wait`
- * that is due): claims each through ClaimTaskCreationCompensation, undoes the
- * operation-owned effect outside any transaction (kind-specific), and records
- * `compensated|transferred|unknown|retry_wait` through
- * CompleteTaskCreationCompensation. PLACEHOLDER: the per-kind implementations
- * land with issue 4; until then it reports nothing done.
+ * that is due by the database clock): claims each through
+ * ClaimTaskCreationCompensation (a fenced `-> running` with a lease), runs
+ * the kind's undo (src/compensation/<kind>.ts) — its I/O outside any
+ * transaction — and the undo records `compensated|transferred|unknown|
+ * retry_wait` through the Store. Launch intents are never compensated.
+ *
+ * A claim that lost a race (another runner, the operation moved on) is
+ * skipped. An undo that could not record at all (database down, a crash
+ * simulated by a failpoint) propagates: its compensation stays `running`,
+ * the lease expires to `unknown`, and `reconcileUnknownCompensation`
+ * (./reconcile.ts) runs the idempotent undo again.
  */
+import { readRows } from '../db/tx';
+import { isTaskLedgerError } from '../domain/errors';
+import type { StepKind } from '../domain/vocab';
+import { claimTaskCreationCompensation } from '../store/compensation';
+import type { CompensationClaim } from '../store/types';
 import type { EffectDeps } from '../steps/types';
+import { undoOf } from './index';
 
 export interface CompensationRunReport {
   compensated: number;
@@ -15,10 +27,65 @@ export interface CompensationRunReport {
   unknown: number;
 }
 
-export async function runPendingCompensations(
-  _deps: EffectDeps,
-  _operationId: string,
-  _owner: string,
-): Promise<CompensationRunReport> {
+export function emptyReport(): CompensationRunReport {
   return { compensated: 0, transferred: 0, retry: 0, unknown: 0 };
+}
+
+const SKIPPABLE = new Set(['stale_claim', 'creation_state_conflict', 'not_found']);
+
+/** Runs one claimed compensation's undo and counts its outcome (a lost race counts nothing). */
+export async function runClaimedUndo(
+  deps: EffectDeps,
+  claim: CompensationClaim,
+  report: CompensationRunReport,
+): Promise<void> {
+  const undo = undoOf(claim.kind);
+  if (undo === null) throw new Error(`${claim.kind} is never compensated`);
+  const log = deps.log.child({ operation_id: claim.operationId, step_id: claim.stepId, kind: claim.kind });
+  try {
+    const r = await undo(deps, claim);
+    if (r.outcome === 'retry_wait') report.retry++;
+    else report[r.outcome]++;
+    log.info({ outcome: r.outcome, reason: r.reason, cleanup_job_id: r.cleanupJobId }, 'compensation recorded');
+  } catch (err) {
+    if (isTaskLedgerError(err) && err.code === 'stale_claim') {
+      log.warn({ detail: err.message }, 'compensation claim went stale; nothing recorded');
+      return;
+    }
+    throw err;
+  }
+}
+
+export async function runPendingCompensations(
+  deps: EffectDeps,
+  operationId: string,
+  owner: string,
+): Promise<CompensationRunReport> {
+  const report = emptyReport();
+  const now = deps.db.dialect === 'postgres' ? 'clock_timestamp()' : 'NOW(3)';
+  const due = await readRows<{ kind: StepKind; step_key: string }>(
+    deps.db,
+    `SELECT kind, step_key FROM task_creation_steps
+      WHERE operation_id = ? AND kind <> 'launch_intent'
+        AND (compensation_state = 'required'
+             OR (compensation_state = 'retry_wait' AND (next_attempt_at IS NULL OR next_attempt_at <= ${now})))
+      ORDER BY id`,
+    [operationId],
+  );
+  for (const step of due) {
+    let claim: CompensationClaim;
+    try {
+      claim = await claimTaskCreationCompensation(
+        deps.db,
+        { kind: 'operation', operationId, actor: owner },
+        { kind: step.kind, stepKey: step.step_key },
+        owner,
+      );
+    } catch (err) {
+      if (isTaskLedgerError(err) && SKIPPABLE.has(err.code)) continue;
+      throw err;
+    }
+    await runClaimedUndo(deps, claim, report);
+  }
+  return report;
 }

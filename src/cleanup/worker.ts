@@ -1,0 +1,126 @@
+/**
+ * The cleanup worker (`cleanup` fleet role): performs due cleanup jobs from
+ * their canonical proof.
+ *
+ * `runDueCleanupJobs(deps, owner, {workspaceId?, limit?})`, one pass (what
+ * the role's repeatable job and the tests call): for each due job
+ * (FindDueCleanupJobs), ClaimCleanupJob (lease + generation), verify the
+ * stored proof (schema envelope and `proof_sha256`), run the kind's
+ * performer outside any transaction — worktree remove/quarantine with the
+ * marker file still matching, marker comment deletion, staged attachment
+ * restore; `workspace_attachment` and `session_prepare` are rows only —
+ * and FinishCleanupJob: `done` undoes the proof's operation-owned rows in
+ * the same transaction (only while each still matches the proof), `retry_wait`
+ * tries again after the back-off, `unknown` leaves the job for an operator
+ * with its reason (`error_code`); anything whose proof no longer matches is
+ * never touched. A job another worker took, or whose lease this worker
+ * lost, is skipped.
+ */
+import { cleanupProofHash } from '../canonical/hash';
+import { isTaskLedgerError } from '../domain/errors';
+import type { EffectDeps } from '../steps/types';
+import { claimCleanupJob, findDueCleanupJobs, finishCleanupJob, type CleanupJobClaim } from '../store/cleanup-jobs';
+import { runtimeExists } from '../store/effects/row-documents';
+import { txReader } from '../store/effects/row-locks';
+import { parseCleanupProof, type CleanupProof } from '../compensation/cleanup-proof';
+import { runtimeLock } from '../compensation/session-prepare';
+import { cleanAssociation } from './association';
+import { cleanAttachments } from './attachments';
+import { rowsDecision, unknownDecision, type CleanupDecision } from './decision';
+import { cleanWorktree } from './worktree';
+
+export interface CleanupRunReport {
+  done: number;
+  retry: number;
+  unknown: number;
+}
+
+async function decide(deps: EffectDeps, job: CleanupJobClaim, proof: CleanupProof): Promise<CleanupDecision> {
+  switch (proof.kind) {
+    case 'fresh_branch_prepare':
+      return cleanWorktree(deps, job, proof);
+    case 'remote_contribution_associate':
+      return cleanAssociation(deps, proof);
+    case 'attachment_claim':
+      return cleanAttachments(deps, proof);
+    case 'workspace_attachment':
+      return rowsDecision('operation-owned rows');
+    case 'session_prepare': {
+      const sessionId = (proof.detail as { session_id?: unknown }).session_id;
+      if (typeof sessionId !== 'string') return unknownDecision('proof_invalid', 'the session proof names no session');
+      return {
+        kind: 'rows',
+        note: 'prepared session rows',
+        extraLocks: [runtimeLock(sessionId)],
+        blocked: async (tx) =>
+          (await runtimeExists(txReader(tx), sessionId)) ? 'a runtime exists for the session; stop it first' : null,
+      };
+    }
+    case 'launch_intent':
+      return unknownDecision('proof_invalid', 'launch intents are never transferred by compensation');
+  }
+}
+
+function proofOf(job: CleanupJobClaim): CleanupProof | string {
+  try {
+    const proof = parseCleanupProof(job.proofJson);
+    if (cleanupProofHash(proof) !== job.proofSha256) return 'proof_json does not hash to proof_sha256';
+    const binds =
+      proof.kind === job.kind &&
+      proof.operation_id === job.operationId &&
+      proof.step_id === job.stepId &&
+      proof.task_id === job.taskId &&
+      proof.workspace_id === job.workspaceId;
+    return binds ? proof : 'the proof names another job, step or task';
+  } catch (err) {
+    return (err as Error).message.slice(0, 500);
+  }
+}
+
+/** Performs one claimed job and finishes it; returns the state recorded, or null when the claim went stale. */
+export async function performCleanupJob(deps: EffectDeps, job: CleanupJobClaim) {
+  const proof = proofOf(job);
+  const decision = typeof proof === 'string' ? unknownDecision('proof_invalid', proof) : await decide(deps, job, proof);
+  const log = deps.log.child({ cleanup_job_id: job.id, kind: job.kind, operation_id: job.operationId });
+  try {
+    const end =
+      decision.kind === 'rows'
+        ? await finishCleanupJob(deps.db, job, {
+            state: 'done',
+            rows: (proof as CleanupProof).owned_rows,
+            ...(decision.extraLocks ? { extraLocks: decision.extraLocks } : {}),
+            ...(decision.blocked ? { blocked: decision.blocked } : {}),
+          })
+        : await finishCleanupJob(deps.db, job, {
+            state: decision.kind === 'retry' ? 'retry_wait' : 'unknown',
+            errorCode: decision.code,
+            message: decision.message,
+          });
+    if (end.state === 'unknown') log.warn({ error_code: end.errorCode }, 'cleanup job left for an operator');
+    else log.info({ state: end.state }, 'cleanup job finished');
+    return end.state;
+  } catch (err) {
+    if (isTaskLedgerError(err, 'stale_claim')) {
+      log.warn('cleanup job claim went stale; nothing recorded');
+      return null;
+    }
+    throw err;
+  }
+}
+
+export async function runDueCleanupJobs(
+  deps: EffectDeps,
+  owner: string,
+  options: { workspaceId?: string; limit?: number } = {},
+): Promise<CleanupRunReport> {
+  const report: CleanupRunReport = { done: 0, retry: 0, unknown: 0 };
+  for (const id of await findDueCleanupJobs(deps.db, options)) {
+    const job = await claimCleanupJob(deps.db, id, owner);
+    if (job === null) continue;
+    const state = await performCleanupJob(deps, job);
+    if (state === 'done') report.done++;
+    else if (state === 'retry_wait') report.retry++;
+    else if (state === 'unknown') report.unknown++;
+  }
+  return report;
+}

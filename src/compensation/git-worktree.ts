@@ -1,0 +1,146 @@
+/**
+ * Git work for undoing `fresh_branch_prepare` (compensation and cleanup
+ * jobs). I/O only: never call inside a SQL transaction.
+ *
+ * Contract:
+ * - `inspectWorktree` reports the planned path, its registration, the
+ *   branch, HEAD, the marker file in the worktree's own git directory and
+ *   whether the checkout is clean (`status --porcelain --ignored
+ *   --untracked-files=all` empty: no modified, untracked or ignored file).
+ * - `isUntouched`: registered on the branch, HEAD and branch at the base
+ *   commit, clean, and the marker file byte-equal to this step's.
+ * - `removeUntouchedWorktree`: `git worktree remove` WITHOUT --force (Git
+ *   itself refuses a checkout that became dirty meanwhile), then deletes
+ *   the branch only while it still points at the base commit
+ *   (`update-ref -d <ref> <base>`, a compare-and-set).
+ * - `quarantineWorktree`: keeps every change: moves the worktree to the
+ *   quarantine path (`git worktree move`) and renames the branch.
+ */
+import { lstat, mkdir, readFile, realpath } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { rowHash } from '../canonical/hash';
+import { WORKTREE_MARKER_FILE } from '../steps/fresh-branch-prepare';
+import {
+  absoluteGitDir,
+  branchCommit,
+  currentBranch,
+  GitCommandError,
+  headCommit,
+  listWorktrees,
+  runGit,
+} from '../steps/git';
+
+export interface WorktreeSeen {
+  pathExists: boolean;
+  registered: boolean;
+  registeredBranch: string | null;
+  branchAt: string | null;
+  head: string | null;
+  checkedOut: string | null;
+  markerText: string | null;
+  clean: boolean | null;
+}
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await lstat(p);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+}
+
+export async function isClean(path: string, timeoutMs: number): Promise<boolean> {
+  const out = await runGit(['-C', path, 'status', '--porcelain', '--ignored', '--untracked-files=all'], timeoutMs);
+  return out.trim() === '';
+}
+
+export async function inspectWorktree(
+  repo: string,
+  path: string,
+  branch: string,
+  timeoutMs: number,
+): Promise<WorktreeSeen> {
+  const pathExists = await exists(path);
+  const real = pathExists ? await realpath(path) : path;
+  const entry = (await listWorktrees(repo, timeoutMs)).find((w) => w.path === path || w.path === real);
+  const live = entry !== undefined && pathExists;
+  const gitDir = live ? await absoluteGitDir(path, timeoutMs) : null;
+  return {
+    pathExists,
+    registered: entry !== undefined,
+    registeredBranch: entry?.branch ?? null,
+    branchAt: await branchCommit(repo, branch, timeoutMs),
+    head: live ? await headCommit(path, timeoutMs) : null,
+    checkedOut: live ? await currentBranch(path, timeoutMs) : null,
+    markerText: gitDir ? await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) : null,
+    clean: live ? await isClean(path, timeoutMs) : null,
+  };
+}
+
+export const nothingThere = (s: WorktreeSeen): boolean => !s.pathExists && !s.registered && s.branchAt === null;
+
+export function isUntouched(s: WorktreeSeen, branch: string, base: string, markerText: string): boolean {
+  const ref = `refs/heads/${branch}`;
+  return (
+    s.registered &&
+    s.pathExists &&
+    s.registeredBranch === ref &&
+    s.checkedOut === ref &&
+    s.head === base &&
+    s.branchAt === base &&
+    s.clean === true &&
+    s.markerText === markerText
+  );
+}
+
+/** What was seen, as a JSON document for a proof (the marker file by hash). */
+export function seenDoc(s: WorktreeSeen) {
+  return {
+    path_exists: s.pathExists,
+    registered: s.registered,
+    registered_branch: s.registeredBranch,
+    branch_commit: s.branchAt,
+    head: s.head,
+    checked_out: s.checkedOut,
+    marker_file_sha256: s.markerText === null ? null : rowHash(s.markerText),
+    clean: s.clean,
+  };
+}
+
+export async function removeUntouchedWorktree(
+  repo: string,
+  path: string,
+  branch: string,
+  base: string,
+  timeoutMs: number,
+): Promise<void> {
+  await runGit(['-C', repo, 'worktree', 'remove', path], timeoutMs);
+  await runGit(['-C', repo, 'update-ref', '-d', `refs/heads/${branch}`, base], timeoutMs);
+}
+
+/** Deletes the branch only while it still points at `base` (no worktree left). */
+export async function deleteBranchAt(repo: string, branch: string, base: string, timeoutMs: number): Promise<void> {
+  await runGit(['-C', repo, 'update-ref', '-d', `refs/heads/${branch}`, base], timeoutMs);
+}
+
+export async function quarantineWorktree(
+  repo: string,
+  path: string,
+  branch: string,
+  quarantinePath: string,
+  quarantineBranch: string,
+  timeoutMs: number,
+): Promise<void> {
+  await mkdir(dirname(quarantinePath), { recursive: true });
+  if (await exists(path)) await runGit(['-C', repo, 'worktree', 'move', path, quarantinePath], timeoutMs);
+  if ((await branchCommit(repo, branch, timeoutMs)) !== null) {
+    await runGit(['-C', repo, 'branch', '-m', branch, quarantineBranch], timeoutMs);
+  }
+}
+
+export function gitMessage(err: unknown): string {
+  if (err instanceof GitCommandError) return err.message.slice(0, 500);
+  return (err instanceof Error ? err.message : String(err)).slice(0, 500);
+}
