@@ -26,7 +26,10 @@
  *
  * observe: exact row, marker row, registration, branch, HEAD and marker file
  * -> present; no environment-repo row and no worktree, path or branch ->
- * absent (the marker row alone proves nothing was mutated); else conflict.
+ * absent (the marker row alone proves nothing was mutated); no
+ * environment-repo row but the exact worktree with this step's marker file
+ * and marker row (a crash between effect and record) -> absent as recorded,
+ * so the step retries and perform adopts the marked worktree; else conflict.
  */
 import { failpoint } from '../failpoints';
 import { lstat, mkdir, readFile, realpath, rename, writeFile } from 'node:fs/promises';
@@ -302,6 +305,21 @@ async function observe(deps: Parameters<StepHandler['observe']>[0], step: StepRo
   const g = await inspect(repo.path, path, req.branch, deps.timeoutMs);
   if (rows.envRepo === 'ours' && rows.marker === 'ours' && exact(g, req, markerFileText(req, owner))) {
     return { effect: 'present_exact', evidence: presentEvidenceOf(step, freshBranchObservation(req, owner, path)) };
+  }
+  if (rows.envRepo === 'absent' && rows.marker === 'ours' && exact(g, req, markerFileText(req, owner))) {
+    // The worker died after its Git effect and before its record: the worktree carries this step's
+    // authenticated marker, so it is ours, but the ledger's effect rows were never written. The
+    // recorded effect is absent; a retry's perform adopts the marked worktree and records it (never a
+    // second `worktree add`), so `retry_wait` is the one safe resolution.
+    return {
+      effect: 'absent_proven',
+      evidence: rowSetEvidenceOf(
+        step,
+        'absent_proven',
+        "the worktree carries this step's marker but was never recorded; a retry adopts it",
+        set(g),
+      ),
+    };
   }
   if (rows.envRepo === 'absent' && nothingThere(g)) {
     return {

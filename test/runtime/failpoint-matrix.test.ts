@@ -242,11 +242,11 @@ async function expectLedgerMatchesWorld(db: Db, w: World): Promise<void> {
 /** What the observation of a crashed step must conclude: the effect exists only past a non-atomic effect. */
 function expectedResolution(kind: StepKind, name: FailpointName): 'succeeded' | 'retry' {
   if (name === 'after_step_claim_commit') return 'retry';
-  // Git worktree + marker and the provider comment exist before the record: proven present (protocol table:
-  // "exact path/registration/branch/HEAD/base/marker -> success"). Known gap when written: fresh_branch_prepare's
-  // observe also requires the environment-repo row, which only the lost record inserts, so the step stays
-  // unknown; that case fails until recovery can record the row from the Git proof (src/store/effects/fresh-branch.ts).
-  if (kind === 'fresh_branch_prepare' || kind === 'remote_contribution_associate') return 'succeeded';
+  // The provider comment exists before the record and the association row with it: proven present. The Git
+  // worktree with this step's marker exists too, but its environment-repo row (part of the effect authority)
+  // is written only by the lost record: recorded effect absent, so the step retries and perform adopts the
+  // marked worktree (never a second `worktree add`).
+  if (kind === 'remote_contribution_associate') return 'succeeded';
   // attachment_claim: the copies exist but the authority (the rows) is still exactly staged -> absent, retried
   // (the retry keeps the verified copies). DB-only kinds: nothing happened before the one transaction.
   return 'retry';
