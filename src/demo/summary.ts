@@ -67,8 +67,11 @@ function describeFault(r: RequestResult, op: OperationRow | undefined, steps: St
   if (pr === PR_TRANSIENT && step) {
     return `${head}; the provider read failed ${TRANSIENT_FAULTS}x (transient: retry_wait with backoff), step ${step.state} after ${step.attempt} attempts`;
   }
-  if (pr === PR_MISSING && op && op.state !== 'completed' && op.state !== 'aborted') {
-    return `${head}. A 404 is permanent: nothing was posted and the association row was deleted with the failure; no worker compensates or aborts a failed creation in this build yet, so it stays listed under state=preparing`;
+  if (pr === PR_MISSING && op?.state === 'aborted') {
+    return `${head}. A 404 is permanent: nothing was posted; the other steps' effects were compensated and the creation aborted (no task.created)`;
+  }
+  if (pr === PR_MISSING && op && op.state !== 'completed') {
+    return `${head}. A 404 is permanent: nothing was posted; the reaper compensates the other steps and aborts the creation (taskledger ops show ${op.id})`;
   }
   return head;
 }
