@@ -15,10 +15,13 @@
  * key whose agent is alive (a process carries the key) or whose exit was
  * recorded, or a `starting` marker with a live process carrying the key.
  * No-dispatch proof = no marker (or a `refused` one) for this key AND no
- * process carrying the key. Anything else is no proof either way.
+ * process carrying the key, on the host of the claim's last owner (markers
+ * and processes are local: absence on another host proves nothing). Anything
+ * else is no proof either way.
  */
 import { spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { DISPATCH_KEY_ENV, findDispatchProcesses } from './dispatch-processes';
 import {
@@ -58,6 +61,14 @@ export interface DispatchRef {
   idempotencyKey: string;
   sessionId: string;
   generation: number;
+  /** The worker ID that last held the claim (`<host>:...`), when the ledger recorded it. */
+  lastOwner?: string | null;
+}
+
+/** The host part of a launch worker ID (`<host>:<pid>:<suffix>`, see src/fleet/fleet.ts), or null. */
+export function ownerHost(owner: string): string | null {
+  const at = owner.indexOf(':');
+  return at > 0 ? owner.slice(0, at) : null;
 }
 
 export interface ObservedRuntime {
@@ -74,6 +85,7 @@ export interface NoDispatchEvidence {
   idempotency_key: string;
   generation: number;
   executor: string;
+  host: string;
   /** `absent`: no marker for this session; `refused`: the OS refused the spawn. */
   marker: 'absent' | 'refused';
   processes: 0;
@@ -109,7 +121,15 @@ export interface Executor {
 export class LocalProcessExecutor implements Executor {
   readonly kind = 'local';
 
-  constructor(private readonly runtimeDir: string) {}
+  /** This host as launch workers name it in their worker IDs (default: the OS hostname). */
+  readonly host: string;
+
+  constructor(
+    private readonly runtimeDir: string,
+    options: { host?: string } = {},
+  ) {
+    this.host = options.host ?? hostname();
+  }
 
   markerPath(sessionId: string): string {
     return join(this.runtimeDir, `${sessionId}.json`);
@@ -215,16 +235,21 @@ export class LocalProcessExecutor implements Executor {
     }
     const pids = findDispatchProcesses(ref.idempotencyKey);
     if (pids === null) return none('processes cannot be enumerated on this host');
-    const noDispatch = (marker: 'absent' | 'refused'): DispatchObservation => ({
-      proof: 'no_dispatch',
-      evidence: {
-        idempotency_key: ref.idempotencyKey,
-        generation: ref.generation,
-        executor: this.kind,
-        marker,
-        processes: 0,
-      },
-    });
+    const local = ref.lastOwner != null && ownerHost(ref.lastOwner) === this.host;
+    const noDispatch = (marker: 'absent' | 'refused'): DispatchObservation =>
+      local
+        ? {
+            proof: 'no_dispatch',
+            evidence: {
+              idempotency_key: ref.idempotencyKey,
+              generation: ref.generation,
+              executor: this.kind,
+              host: this.host,
+              marker,
+              processes: 0,
+            },
+          }
+        : none(`the claim was last held by ${ref.lastOwner ?? 'an unrecorded owner'}, not on ${this.host}`);
     if (!found) return pids.length === 0 ? noDispatch('absent') : none('a process carries the key but no marker');
     const { doc, text } = found;
     if (doc.idempotency_key !== ref.idempotencyKey) return none('the start marker belongs to another dispatch');

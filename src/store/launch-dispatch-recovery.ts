@@ -20,14 +20,15 @@
  *
  * retryLaunchDispatch (`retry_launch_dispatch`) — same locks up to the
  * session 9; the snapshot must choose this action from the authenticated
- * no-dispatch proof of this key and generation. Then `unknown -> retry_wait`
+ * no-dispatch proof of this key and generation, observed on the host of the
+ * claim's last owner (recorded in its error record at expiry). Then `unknown -> retry_wait`
  * with generation + 1 (any launch job or worker of an older generation is
  * stale), session `starting -> prepared`; the caller re-enqueues the launch
  * wake-up for the new generation.
  *
  * Any mismatch: a typed conflict, zero writes. No event is written.
  */
-import { canonicalJson } from '../canonical/canonical-json';
+import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { ConflictError, ValidationError } from '../domain/errors';
 import type { CompensationState, DispatchState, OperationState, StepKind, StepState } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
@@ -44,6 +45,8 @@ export interface DispatchTarget {
   sessionId: string;
   generation: number;
   idempotencyKey: string;
+  /** The owner of the claim that went `unknown` (from its error record), or null when not recorded. */
+  lastOwner: string | null;
 }
 
 /** Runtime proof from an executor observation (the marker's hash, the handle, liveness). */
@@ -57,6 +60,8 @@ export interface NoDispatchProof {
   idempotency_key: string;
   generation: number;
   executor: string;
+  /** The host whose markers and processes were inspected (the dead owner's host). */
+  host: string;
   marker: 'absent' | 'refused';
   processes: 0;
 }
@@ -72,10 +77,11 @@ interface ClaimRow {
   idempotency_key: string;
   request_sha256: string;
   deletion_operation_id: string | null;
+  error_json: string | null;
 }
 
 const CLAIM_COLUMNS =
-  'id, creation_operation_id, task_id, session_id, workspace_id, state, generation, idempotency_key, request_sha256, deletion_operation_id';
+  'id, creation_operation_id, task_id, session_id, workspace_id, state, generation, idempotency_key, request_sha256, deletion_operation_id, error_json';
 
 const nowSql = (db: Db) => (db.dialect === 'postgres' ? 'clock_timestamp()' : 'NOW(3)');
 const scope = (workspaceId: string | undefined, column: string) =>
@@ -99,20 +105,21 @@ export async function expireLaunchDispatchLeases(db: Db, operationId: string, ac
   return runTransaction(db, 'ExpireLaunchDispatchLeases', async (tx) => {
     // Workspace 1 and operation 4.2 serialize this with LaunchTask; the claims' states are re-checked below.
     await guardOperationLocked(tx, { kind: 'operation', operationId, actor });
-    const expired = await tx.rows<{ id: string }>(
-      `SELECT id FROM task_launch_dispatch_claims
+    const expired = await tx.rows<{ id: string; lease_owner: string | null }>(
+      `SELECT id, lease_owner FROM task_launch_dispatch_claims
         WHERE creation_operation_id = ? AND state = 'running' AND lease_expires_at < ${tx.now}
         ORDER BY id FOR UPDATE`,
       [operationId],
     );
     let changed = 0;
-    for (const { id } of expired.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
+    for (const { id, lease_owner } of expired.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
       tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', id);
+      // The dead owner is kept: only the executor on its host can prove that nothing was started.
       changed += await tx.exec(
         `UPDATE task_launch_dispatch_claims SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL,
-                error_code = 'lease_expired', updated_at = ${tx.now}
+                error_code = 'lease_expired', error_json = ?, updated_at = ${tx.now}
           WHERE id = ? AND state = 'running' AND lease_expires_at < ${tx.now}`,
-        [id],
+        [canonicalJson({ class: 'lease_expired', owner: lease_owner }), id],
       );
     }
     return changed;
@@ -164,7 +171,18 @@ function toTarget(r: ClaimRow): DispatchTarget {
     sessionId: r.session_id,
     generation: Number(r.generation),
     idempotencyKey: r.idempotency_key,
+    lastOwner: ownerOf(r.error_json),
   };
+}
+
+function ownerOf(errorJson: string | null): string | null {
+  if (errorJson === null) return null;
+  try {
+    const owner = (parseCanonical(errorJson, { requireCanonical: false }) as { owner?: unknown }).owner;
+    return typeof owner === 'string' ? owner : null;
+  } catch {
+    return null;
+  }
 }
 
 function snapshotOf(
@@ -348,8 +366,17 @@ export async function retryLaunchDispatch(
   if (proof.processes !== 0 || (proof.marker !== 'absent' && proof.marker !== 'refused')) {
     throw new ValidationError('/proof', 'is not a no-dispatch proof');
   }
+  if (typeof proof.host !== 'string' || proof.host.length === 0)
+    throw new ValidationError('/proof/host', 'is required');
   return runTransaction(db, 'RetryLaunchDispatch', async (tx) => {
     const claim = await lockForRecoveryLocked(tx, target, actor, 'no_dispatch', 'retry_launch_dispatch');
+    // Absence is local: it proves nothing unless observed on the host of the claim's last owner.
+    if (!ownerOf(claim.error_json)?.startsWith(`${proof.host}:`)) {
+      throw new ConflictError('evidence_mismatch', "no-dispatch proof was not observed on the last owner's host", {
+        dispatch_id: claim.id,
+        host: proof.host,
+      });
+    }
     const changed = await tx.exec(
       `UPDATE task_launch_dispatch_claims SET state = 'retry_wait', generation = generation + 1,
               error_code = 'no_dispatch_proven', error_json = ?, updated_at = ${tx.now}

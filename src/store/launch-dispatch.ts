@@ -246,7 +246,7 @@ export async function failLaunchDispatch(
     await guardOperationLocked(tx, { kind: 'operation', operationId: claim.operationId, actor: claim.owner });
     await casDispatchLocked(tx, claim, to, ', error_code = ?, error_json = ?', [
       failure.code.slice(0, 64),
-      canonicalJson({ class: failure.class, code: failure.code, message: failure.message }),
+      canonicalJson({ class: failure.class, code: failure.code, message: failure.message, owner: claim.owner }),
     ]);
     if (to === 'retry_wait') {
       tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);

@@ -8,6 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { Redis } from 'ioredis';
@@ -23,6 +24,7 @@ import { silentLogger } from '../../src/log';
 import { recoverLaunchDispatches } from '../../src/runtime/dispatch-recovery';
 import { completeTaskCreation } from '../../src/store/complete';
 import { dispatchIdempotencyKey } from '../../src/store/launch-dispatch';
+import { findUnknownDispatches, retryLaunchDispatch } from '../../src/store/launch-dispatch-recovery';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
@@ -78,7 +80,7 @@ async function completedLaunch(command: string[]) {
     dataDir: ws.dataDir,
     log: silentLogger(),
     metrics: null,
-    workerId,
+    workerId: `${hostname()}:${workerId}`,
     leaseMs: 60_000,
   });
   const job: LaunchWakeup = { operationId: res.operationId, taskId: res.task.id, sessionId };
@@ -332,6 +334,31 @@ describe('launch-dispatch recovery', () => {
     expect(await processLaunchJob(s.worker('w2'), s.job)).toBe('skipped');
     expect(findDispatchProcesses(s.key)).toEqual([]);
     expect(s.starts()).toBe(0);
+  });
+
+  it('a claim last held on another host is not retried from absence observed here', async () => {
+    const s = await completedLaunch(LONG_AGENT);
+    crashAtClaim();
+    const elsewhere = { ...s.worker('unused'), workerId: 'another-host:4242:abcd' };
+    await expect(processLaunchJob(elsewhere, s.job)).rejects.toBeInstanceOf(FailpointError);
+    await backdateClaim(s.res.operationId);
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0 });
+    expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'unknown', generation: 1 });
+    // The Store refuses a forged proof from this host too, with zero writes.
+    const [target] = await findUnknownDispatches(t.db, 10, s.ws.workspaceId);
+    expect(target!.lastOwner).toBe('another-host:4242:abcd');
+    const proof = {
+      idempotency_key: s.key,
+      generation: 1,
+      executor: 'local',
+      host: s.executor.host,
+      marker: 'absent' as const,
+      processes: 0 as const,
+    };
+    await expect(retryLaunchDispatch(t.db, target!, proof, 'reaper:test')).rejects.toMatchObject({
+      code: 'evidence_mismatch',
+    });
+    expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'unknown', generation: 1 });
   });
 
   it('an unknown dispatch owned by workspace deletion is not reconciled or retried here', async () => {
