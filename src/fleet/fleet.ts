@@ -11,6 +11,7 @@ import { Worker, type Processor } from 'bullmq';
 import type { FastifyInstance } from 'fastify';
 import {
   ADMISSION_QUEUE,
+  CLEANUP_QUEUE,
   COMPLETE_QUEUE,
   LAUNCH_QUEUE,
   OUTBOX_QUEUE,
@@ -23,6 +24,7 @@ import {
   type StepJob,
 } from '../../queues/names';
 import type { AppConfig } from '../app/config';
+import { runDueCleanupJobs } from '../cleanup/worker';
 import { processCompleteJob } from '../coordinator/complete-worker';
 import { makeCreateTask } from '../coordinator/create';
 import { QueueSet } from '../coordinator/queues';
@@ -191,6 +193,21 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
         return r;
       },
       CONCURRENCY.reaper,
+    );
+  }
+  if (roles.has('cleanup')) {
+    // Transferred effects (task_resource_cleanup_jobs), one pass per sweep period, like the reaper.
+    const clog = log.child({ role: 'cleanup' });
+    await queues.get(CLEANUP_QUEUE).upsertJobScheduler('cleanup-sweep', { every: config.sweepMs }, { name: 'sweep' });
+    const cleanupDeps = { ...effects, log: clog };
+    worker(
+      CLEANUP_QUEUE,
+      async () => {
+        const r = await runDueCleanupJobs(cleanupDeps, `cleanup:${workerId}`, { workspaceId: opts.sweepWorkspaceId });
+        if (r.done + r.retry + r.unknown > 0) clog.info(r, 'cleanup jobs');
+        return r;
+      },
+      CONCURRENCY.cleanup,
     );
   }
   let api: FastifyInstance | null = null;

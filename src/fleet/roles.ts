@@ -32,4 +32,6 @@ export const CONCURRENCY = {
   launch: 2,
   admission: 8,
   reaper: 1,
+  /** One pass at a time: cleanup jobs are rare and each is Git or provider I/O. */
+  cleanup: 1,
 } as const;
