@@ -8,13 +8,18 @@
  *    `recoverUntilSettled`: the one legal RecoveryAction under a recovery
  *    claim, again while an action makes progress (reconcile, compensate,
  *    resume, Complete, Abort; see `recover.ts`);
- * 3. every non-terminal operation gets its due wake-ups again, so flushing
+ * 3. launch dispatch claims (`recoverLaunchDispatches`, when the reaper has
+ *    the launch workers' executor): expired claims become `unknown` and are
+ *    reconciled from runtime proof or retried from no-dispatch proof;
+ * 4. every non-terminal operation gets its due wake-ups again, so flushing
  *    Redis loses nothing.
  * A bounded batch per pass; the next sweep continues.
  */
 import { RECOVERY_ACTIONS, type RecoveryAction } from '../domain/vocab';
 import { expireTaskCreationLeases, findExpiredLeaseOperations } from '../store/lease-expiry';
+import type { Executor } from '../launch/executor';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
+import { recoverLaunchDispatches, type DispatchRecoveryReport } from './dispatch-recovery';
 import { recoverUntilSettled, type RecoverDeps } from './recover';
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
 
@@ -28,6 +33,11 @@ export interface ReaperDeps extends RecoverDeps {
    * is still alive (it renews every lease/3) is never raced.
    */
   quietMs?: number;
+  /**
+   * The launch workers' executor (same host and runtime directory): with it
+   * the sweep also recovers launch dispatch claims; without it, it leaves them.
+   */
+  executor?: Executor;
 }
 
 export interface SweepReport {
@@ -42,6 +52,8 @@ export interface SweepReport {
   recoveryFenced: number;
   /** No action: an invariant violation or a refused action (logged; left for an operator). */
   recoveryConflicts: number;
+  /** Launch dispatch recovery; null when the reaper has no executor. */
+  dispatch: DispatchRecoveryReport | null;
   wakeups: number;
 }
 
@@ -57,6 +69,7 @@ export function emptySweepReport(): SweepReport {
     recoveryCandidates: 0,
     recoveryFenced: 0,
     recoveryConflicts: 0,
+    dispatch: null,
     wakeups: 0,
   };
 }
@@ -90,6 +103,16 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     report.expiredCompensations += r.compensations;
   }
   await recoverCandidates(deps, report);
+  if (deps.executor) {
+    report.dispatch = await recoverLaunchDispatches({
+      db: deps.effects.db,
+      queues: deps.queues,
+      log: deps.log,
+      actor: deps.actor,
+      executor: deps.executor,
+      workspaceId: deps.workspaceId,
+    });
+  }
   if (deps.queues) {
     const w = await sweepWakeups(deps.effects.db, deps.queues, deps.workspaceId);
     report.wakeups = w.operations + w.outboxWorkspaces;
