@@ -18,9 +18,10 @@
  *   `ours` (hash equals `row_sha256`), `undone` (absent, or equal to
  *   `undone_sha256`), `foreign` (anything else).
  * - `undoOwnedRowsLocked(tx, found)` deletes/restores exactly the `ours`
- *   rows, each by its full key plus its owner columns, and returns the rows
- *   as they are afterwards (for a proof). Callers undo only when no row is
- *   `foreign` (all or nothing).
+ *   rows (by their key, under the FOR UPDATE lock, after their hash matched
+ *   the row the step wrote), re-reads them and returns them as they are
+ *   afterwards (for a proof). Callers undo only when no row is `foreign`
+ *   (all or nothing).
  */
 import { TIER, type Tier } from '../../db/lock-plan';
 import type { SqlParam, Tx } from '../../db/tx';
