@@ -184,12 +184,17 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       log: rlog,
       actor: `reaper:${workerId}`,
       workspaceId: opts.sweepWorkspaceId,
+      // The recovery lease and the quiet period before a resume follow the configured step lease.
+      leaseMs: config.leaseMs,
+      // Launch dispatch recovery observes the launch workers' runtime directory on this host.
+      executor,
     };
     worker(
       REAPER_QUEUE,
       async () => {
         const r = await sweepOnce(reaperDeps);
-        if (r.expiredSteps + r.expiredCompensations + r.wakeups > 0) rlog.debug(r, 'sweep');
+        const dispatch = r.dispatch ? r.dispatch.expired + r.dispatch.reconciled + r.dispatch.retried : 0;
+        if (r.expiredSteps + r.expiredCompensations + r.wakeups + dispatch > 0) rlog.debug(r, 'sweep');
         return r;
       },
       CONCURRENCY.reaper,

@@ -11,8 +11,9 @@
  *   `observe`), then resolve it only from that proof — present exactly →
  *   `succeeded` (`armed` for a launch intent), proven absent → `retry_wait`,
  *   anything else stays `unknown` for an operator. An `unknown` compensation
- *   has no Store path yet (no compensation claim from `unknown`): logged,
- *   left for an operator.
+ *   is settled by re-running its kind's undo under a fresh compensation claim
+ *   (`reconcileUnknownCompensation`: the undo observes first and acts only on
+ *   exact ownership proof).
  * - retry_compensation: `runPendingCompensations` (src/compensation/run.ts).
  * - resume_preparing: re-sends the operation's wake-ups (needs queues).
  * - complete_preparing / complete_completing: CompleteTaskCreation as the
@@ -24,6 +25,7 @@
  * A finished Complete or Abort is announced to waiting create requests.
  */
 import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
+import { reconcileUnknownCompensation } from '../compensation/reconcile';
 import { runPendingCompensations, type CompensationRunReport } from '../compensation/run';
 import { enqueueRunnable } from '../coordinator/enqueue';
 import type { QueueSet } from '../coordinator/queues';
@@ -100,6 +102,7 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
     `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? AND (state = 'unknown' OR compensation_state = 'unknown') ORDER BY id`,
     [claim.operationId],
   );
+  let compensationUnknown = false;
   for (const raw of rows) {
     const step: StepRow = {
       ...raw,
@@ -109,9 +112,8 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
     };
     const log = deps.log.child({ operation_id: step.operation_id, step_id: step.id, kind: step.kind });
     if (step.state !== 'unknown') {
-      // D2: an expired compensation lease. No Store path resolves it yet (a compensation claim starts from required|retry_wait).
-      log.warn('compensation is unknown (its lease expired); left for an operator');
-      counts.stillUnknown++;
+      // D2: an expired compensation lease; settled below by re-running the kind's undo under a new claim.
+      compensationUnknown = true;
       continue;
     }
     const handler = deps.handlers[step.kind] as StepHandler;
@@ -150,15 +152,26 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
       counts.stillUnknown++;
     }
   }
+  if (compensationUnknown) {
+    // Every kind's undo observes first and acts only on exact ownership proof, so it is its own
+    // reconciliation: claimed `unknown -> running` (next compensation generation), then
+    // compensated / transferred / retry_wait, or unknown again (src/compensation/reconcile.ts).
+    const r = await reconcileUnknownCompensation(deps.effects, claim.operationId, claim.owner);
+    counts.succeeded += r.compensated + r.transferred;
+    counts.retry += r.retry;
+    counts.stillUnknown += r.unknown;
+    deps.log.info({ operation_id: claim.operationId, ...r }, 'unknown compensation reconciled by re-running its undo');
+  }
 }
 
 /**
- * Launch-dispatch recovery (`reconcile_launch_dispatch`,
- * `retry_launch_dispatch`, `transfer_launch_dispatch`).
- * TODO(issue 4, dispatch recovery): delegate to src/runtime/dispatch-recovery.ts
- * once it lands; that module observes the runtime, passes its proof to
- * `claimTaskCreationRecovery(..., { dispatchProof })` and drives the claim.
- * Until then the claim is taken and released with no effect.
+ * Launch-dispatch actions reached through an operation's recovery claim
+ * (`reconcile_launch_dispatch`, `retry_launch_dispatch`,
+ * `transfer_launch_dispatch`). The reaper recovers dispatch claims in its own
+ * pass (`recoverLaunchDispatches`, src/runtime/dispatch-recovery.ts: observes
+ * the runtime with the launch workers' executor and re-chooses the action
+ * under lock), and terminal operations are not recovery candidates, so this
+ * path only logs; workspace-deletion transfer is not built.
  */
 export function recoverLaunchDispatch(deps: RecoverDeps, claim: RecoveryClaim): Promise<boolean> {
   deps.log.warn(
