@@ -1,10 +1,12 @@
 /**
  * The ledger sweep that makes Redis disposable: every non-terminal operation
  * gets its due wake-ups again (job IDs collapse duplicates), and completed
- * workspaces with undelivered outbox events get a dispatcher wake-up. Plain
+ * workspaces with undelivered outbox events get a dispatcher wake-up, and a
+ * delivered task.created whose armed launch has no dispatch claim yet gets
+ * its launch wake-up again (the dispatcher's one was lost with Redis). Plain
  * reads only; the full reaper (lease expiry, RecoveryAction) builds on this.
  */
-import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
+import { LAUNCH_QUEUE, launchJobId, OUTBOX_QUEUE, type LaunchJob, type OutboxJob } from '../../queues/names';
 import { readRows, type Db } from '../db/tx';
 import { enqueueRunnable } from '../coordinator/enqueue';
 import type { QueueSet } from '../coordinator/queues';
@@ -15,6 +17,7 @@ const SWEEP_LIMIT = 500;
 export interface SweepResult {
   operations: number;
   outboxWorkspaces: number;
+  launches: number;
 }
 
 export async function sweepWakeups(db: Db, queues: QueueSet, workspaceId?: string): Promise<SweepResult> {
@@ -36,7 +39,23 @@ export async function sweepWakeups(db: Db, queues: QueueSet, workspaceId?: strin
       jobId: `outbox-${w.workspace_id}-sweep-${Date.now()}`,
     });
   }
-  return { operations: ops.length, outboxWorkspaces: pending.length };
+  // Delivered means the dispatcher already sent this launch once; a claim row appears when a launch worker takes it.
+  const launches = await readRows<{ operation_id: string; task_id: string; session_id: string }>(
+    db,
+    `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM task_creation_operations o
+       JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
+       JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted'
+      WHERE o.state = 'completed' ${scope.replace('workspace_id', 'o.workspace_id')}
+        AND EXISTS (SELECT 1 FROM event_outbox e WHERE e.operation_id = o.id AND e.type = 'task.created' AND e.delivered_at IS NOT NULL)
+        AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
+      LIMIT ${SWEEP_LIMIT}`,
+    scopeParams,
+  );
+  for (const l of launches) {
+    const job: LaunchJob = { operationId: l.operation_id, taskId: l.task_id, sessionId: l.session_id };
+    await queues.get(LAUNCH_QUEUE).add('launch', job, { jobId: launchJobId(l.operation_id, l.session_id) });
+  }
+  return { operations: ops.length, outboxWorkspaces: pending.length, launches: launches.length };
 }
 
 export interface RecoveryCandidateQuery {
