@@ -137,7 +137,7 @@ describe('SIGKILLed and crashed worker processes', () => {
         return out;
       };
       const within = (child: typeof recordCrash) =>
-        Promise.race([exitOf(child), new Promise((r) => setTimeout(() => r('still running'), 40_000))]);
+        Promise.race([exitOf(child), new Promise((r) => setTimeout(() => r('still running'), 40_000).unref())]);
       const outcomes = [await create(0)];
       expect(await within(recordCrash), await ledgerDump(world)).toBe(FAILPOINT_EXIT_CODE);
       expect(recordCrash.tail.join('\n')).toContain('failpoint after_effect_before_record: exit');
