@@ -32,7 +32,13 @@ export interface StepJob {
   stepId: string;
   kind: StepKind;
   stepKey: string;
-  /** The step's generation when the wake-up was sent; a claim bumps it, so a stale job finds a newer generation and does nothing. */
+  /**
+   * The step's generation when the wake-up was sent (it makes the job ID, so
+   * one wake-up per generation). The claim decides, not the job: a job for a
+   * step that is running, finished or failed does nothing; an older job for a
+   * step back in `retry_wait` may run that retry before its backoff ends,
+   * which is harmless (same idempotency key, a new claim generation).
+   */
   generation: number;
 }
 export interface CompleteJob {

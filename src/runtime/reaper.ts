@@ -60,6 +60,16 @@ export interface SweepReport {
 /** Why 200: a sweep's work stays bounded; the next sweep continues. */
 const BATCH = 200;
 
+/**
+ * Why 15 minutes: far longer than any gap between two sweeps of a live
+ * reaper (default 5 s), so a launch stranded while this reaper runs is
+ * always inside the window; one that was stranded while no reaper ran is
+ * found by the full scan of the next reaper to start.
+ */
+const LAUNCH_WINDOW_MS = 15 * 60_000;
+/** Reapers (by their deps) that have done their full stranded-launch scan. */
+const launchScanned = new WeakSet<ReaperDeps>();
+
 export function emptySweepReport(): SweepReport {
   return {
     expiredSteps: 0,
@@ -114,8 +124,14 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     });
   }
   if (deps.queues) {
-    const w = await sweepWakeups(deps.effects.db, deps.queues, deps.workspaceId);
-    report.wakeups = w.operations + w.outboxWorkspaces;
+    // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window.
+    const full = !launchScanned.has(deps);
+    const w = await sweepWakeups(deps.effects.db, deps.queues, {
+      workspaceId: deps.workspaceId,
+      launchWindowMs: full ? null : LAUNCH_WINDOW_MS,
+    });
+    launchScanned.add(deps);
+    report.wakeups = w.operations + w.outboxWorkspaces + w.launches;
   }
   return report;
 }

@@ -20,7 +20,20 @@ export interface SweepResult {
   launches: number;
 }
 
-export async function sweepWakeups(db: Db, queues: QueueSet, workspaceId?: string): Promise<SweepResult> {
+export interface SweepOptions {
+  workspaceId?: string;
+  /**
+   * Look for stranded launches only among operations that changed within this
+   * many milliseconds (an index range on `(state, updated_at)`), or among all
+   * completed operations when null. A long-running reaper scans everything
+   * once at its start and then only the recent window, so a sweep's cost does
+   * not grow with the ledger's history.
+   */
+  launchWindowMs?: number | null;
+}
+
+export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptions = {}): Promise<SweepResult> {
+  const { workspaceId, launchWindowMs = null } = options;
   const scope = workspaceId === undefined ? '' : 'AND workspace_id = ?';
   const scopeParams = workspaceId === undefined ? [] : [workspaceId];
   const ops = await readRows<{ id: string }>(
@@ -45,11 +58,11 @@ export async function sweepWakeups(db: Db, queues: QueueSet, workspaceId?: strin
     `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM task_creation_operations o
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
        JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted'
-      WHERE o.state = 'completed' ${scope.replace('workspace_id', 'o.workspace_id')}
+      WHERE o.state = 'completed' ${scope.replace('workspace_id', 'o.workspace_id')} ${launchWindowMs === null ? '' : `AND o.updated_at > ${db.dialect === 'postgres' ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'" : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND'}`}
         AND EXISTS (SELECT 1 FROM event_outbox e WHERE e.operation_id = o.id AND e.type = 'task.created' AND e.delivered_at IS NOT NULL)
         AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
       LIMIT ${SWEEP_LIMIT}`,
-    scopeParams,
+    launchWindowMs === null ? scopeParams : [...scopeParams, launchWindowMs],
   );
   for (const l of launches) {
     const job: LaunchJob = { operationId: l.operation_id, taskId: l.task_id, sessionId: l.session_id };

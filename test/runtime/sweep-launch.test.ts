@@ -1,0 +1,76 @@
+/**
+ * A delivered task.created whose armed launch has no dispatch claim (its
+ * launch wake-up was lost with Redis) gets its launch wake-up again from the
+ * sweep: from the whole ledger when asked (a reaper's first sweep), and only
+ * within the recent window afterwards, so a long-running reaper's sweeps do
+ * not grow with the ledger's history. Both dialects.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { launchJobId, LAUNCH_QUEUE } from '../../queues/names';
+import { QueueSet } from '../../src/coordinator/queues';
+import { createRedis } from '../../src/runtime/redis';
+import { sweepWakeups } from '../../src/runtime/sweep';
+import { completeTaskCreation } from '../../src/store/complete';
+import type { OperationAuthority } from '../../src/store/types';
+import { sql, useTestDb } from '../support/db';
+import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+
+const t = useTestDb();
+const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
+const queues = new QueueSet(redis, `tl-sweep-launch-${randomUUID()}`);
+afterAll(async () => {
+  for (const q of queues.all()) await q.obliterate({ force: true });
+  await queues.close();
+  redis.disconnect();
+});
+
+describe('stranded launches', () => {
+  it('are re-sent from a full scan, and from the window only while they are recent', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+    // Delivered by the dispatcher, whose launch wake-up was then lost.
+    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE operation_id = ?', [res.operationId]);
+    const sessionId = (await stepRows(t.db, res.operationId)).find((s) => s.kind === 'launch_intent')!.step_key;
+    const jobId = launchJobId(res.operationId, sessionId);
+    const launchJob = () => queues.get(LAUNCH_QUEUE).getJob(jobId);
+
+    // Recent: the window finds it.
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId, launchWindowMs: 60_000 })).launches).toBe(
+      1,
+    );
+    expect((await launchJob())?.data).toEqual({ operationId: res.operationId, taskId: res.task.id, sessionId });
+    await queues.get(LAUNCH_QUEUE).obliterate({ force: true });
+
+    // Two hours old: outside the window, found only by the full scan.
+    const old = t.db.dialect === 'postgres' ? "now() - interval '2 hours'" : 'NOW(3) - INTERVAL 2 HOUR';
+    await sql(t.db, `UPDATE task_creation_operations SET updated_at = ${old} WHERE id = ?`, [res.operationId]);
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId, launchWindowMs: 60_000 })).launches).toBe(
+      0,
+    );
+    expect(await launchJob()).toBeUndefined();
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(1);
+    expect(await launchJob()).toBeDefined();
+
+    // Once a launch worker holds a dispatch claim, nothing is re-sent.
+    await sql(
+      t.db,
+      `INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id, workspace_id, idempotency_key, request_sha256, lifecycle_generation, state, generation, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, 'succeeded', 1, ${old}, ${old})`,
+      [
+        randomUUID(),
+        res.operationId,
+        res.task.id,
+        sessionId,
+        ws.workspaceId,
+        `task-launch/${res.operationId}/${sessionId}`,
+        'a'.repeat(64),
+      ],
+    );
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(0);
+  });
+});
