@@ -18,10 +18,12 @@
  * any I/O.
  *
  * observe (read-only): our exact locked row plus the provider showing the
- * marker comment -> `present_exact`; no row and no marker comment ->
- * `absent_proven`; anything else (foreign association, credential loss or an
- * unreachable provider, handle mismatch, row without comment or comment
- * without row) -> `conflict`.
+ * marker comment -> `present_exact`; no row and no marker comment, or our
+ * claimed row that never got a handle and no marker comment (a worker died
+ * or timed out before the comment landed) -> `absent_proven`, so the step
+ * retries with the same marker; anything else (foreign association,
+ * credential loss or an unreachable provider, handle mismatch, a recorded
+ * handle whose comment is gone, comment without row) -> `conflict`.
  */
 import { failpoint } from '../failpoints';
 import type { RemoteContributionAssociateRequest } from '../canonical/types';
@@ -158,6 +160,20 @@ function judgeContribution(step: StepRow, view: AssociationView, remote: RemoteS
     return {
       effect: 'absent_proven',
       evidence: rowSetEvidenceOf(step, 'absent_proven', 'no association row and no marker comment', rows),
+    };
+  }
+  if (view.row && view.row.provider_handle === null && !link) {
+    // Our pre-claimed row (committed before any provider call, by design) and an authenticated provider
+    // read showing no comment with its marker: the effect is absent and the request unchanged, so the
+    // step retries; perform reuses the row and finds-or-creates the comment by the same marker.
+    return {
+      effect: 'absent_proven',
+      evidence: rowSetEvidenceOf(
+        step,
+        'absent_proven',
+        'our association row is claimed but the provider shows no marker comment',
+        rows,
+      ),
     };
   }
   return conflict(

@@ -346,7 +346,7 @@ describe('observe', () => {
     expect(lost.evidence.observation).toMatchObject({ reason: expect.stringMatching(/provider read failed.*401/) });
   });
 
-  it('a timeout before the write -> unknown with the row kept; observe: row without marker comment -> conflict', async () => {
+  it('a timeout before the write -> unknown with the row kept; observe: claimed row, no marker comment -> absent, and the retry links once', async () => {
     const w = await world('gitlab');
     const tk = await task(w);
     server.injectFault({ method: 'POST', path: writePath(w), fault: 'timeout' });
@@ -359,8 +359,19 @@ describe('observe', () => {
       observation: { rows: [{ row_sha256: rowHash(assoc) }] },
     });
     const seen = await handler.observe(deps, await stepRow(claim.stepId));
-    expect(seen.effect).toBe('conflict');
-    expect(seen.evidence.observation).toMatchObject({ reason: 'association row without its marker comment' });
+    expect(seen.effect).toBe('absent_proven');
+    expect(seen.evidence.observation).toMatchObject({
+      reason: 'our association row is claimed but the provider shows no marker comment',
+    });
+    // Resolved from that proof, the retry reuses the row and posts the one comment.
+    const auth: OperationAuthority = { kind: 'operation', operationId: claim.operationId, actor: 'operator' };
+    const ref = { kind: claim.kind, stepKey: claim.stepKey };
+    expect(await resolveTaskCreationStep(t.db, auth, ref, { resolution: 'retry_wait', evidence: seen.evidence })).toBe(
+      'retry_wait',
+    );
+    expect(await perform(await claimTaskCreationStep(t.db, tk.auth, ref, 'worker-2'))).toBe('succeeded');
+    expect(comments(w)).toHaveLength(1);
+    expect(await associations(w)).toHaveLength(1);
   });
 
   it('Complete refuses an association row that no longer matches the evidence', async () => {
