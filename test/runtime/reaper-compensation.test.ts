@@ -4,7 +4,10 @@
  * compensation's lease expires, and one `sweepOnce` turns it `unknown`,
  * re-runs the kind's undo under a new compensation claim (the effect is
  * already gone: only its rows are settled), and then aborts the creation —
- * with no task.created and no worktree left. Both dialects.
+ * with no task.created and no worktree left. Then the same for each kind with
+ * an effect: its runner crashes during the undo, the sweep alone ends the
+ * creation aborted with the effect compensated and the world empty of it.
+ * Both dialects.
  */
 import { existsSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +16,8 @@ import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { silentLogger } from '../../src/log';
 import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { sweepOnce } from '../../src/runtime/reaper';
+import type { StepKind } from '../../src/domain/vocab';
+import { claimedAttachmentPath } from '../../src/storage/paths';
 import { defaultStepHandlers } from '../../src/steps/index';
 import { count, sql, useTestDb } from '../support/db';
 import { compensation, failedCreation, seeded } from '../compensation/support';
@@ -27,6 +32,25 @@ afterAll(async () => {
   await provider?.close();
 });
 afterEach(() => disarmAll());
+
+const sweep = (c: { deps: Parameters<typeof sweepOnce>[0]['effects'] }, workspaceId: string) =>
+  sweepOnce({
+    effects: c.deps,
+    handlers: defaultStepHandlers,
+    queues: null,
+    log: silentLogger(),
+    actor: 'reaper:test',
+    workspaceId,
+  });
+
+const backdateCompensation = (operationId: string) =>
+  sql(
+    t.db,
+    `UPDATE task_creation_steps SET compensation_lease_expires_at = ${t.db.dialect === 'postgres' ? "now() - interval '1 hour'" : 'NOW(3) - INTERVAL 1 HOUR'} WHERE operation_id = ? AND compensation_state = 'running'`,
+    [operationId],
+  );
+
+let pr = 910;
 
 describe('the reaper and a crashed compensation', () => {
   it('expires the compensation lease, re-runs the undo from observation, then aborts: one sweep', async () => {
@@ -73,4 +97,67 @@ describe('the reaper and a crashed compensation', () => {
     expect(await count(t.db, 'tasks', 'id = ?', [c.taskId])).toBe(0);
     expect(await count(t.db, 'event_outbox', 'task_id = ?', [c.taskId])).toBe(0);
   });
+
+  const EFFECT_KINDS: StepKind[] = [
+    'workspace_attachment',
+    'attachment_claim',
+    'fresh_branch_prepare',
+    'remote_contribution_associate',
+    'session_prepare',
+  ];
+  it.each(EFFECT_KINDS)(
+    '%s: a runner dying during its undo is finished by the sweep, then the creation aborts',
+    async (kind) => {
+      const ws = await seeded(t.db, provider, ++pr);
+      const fail: StepKind = kind === 'attachment_claim' ? 'fresh_branch_prepare' : 'attachment_claim';
+      const c = await failedCreation(t.db, ws, [kind], fail, pr);
+      const [repo] = await sql<{ worktree_path: string; branch: string }>(
+        t.db,
+        'SELECT worktree_path, branch FROM task_environment_repos WHERE operation_id = ?',
+        [c.operationId],
+      );
+      armFailpoint('during_compensation', { kind: 'throw' });
+      await expect(runPendingCompensations(c.deps, c.operationId, 'doomed')).rejects.toBeInstanceOf(FailpointError);
+      disarmAll();
+      expect((await compensation(t.db, c.step(kind).id)).state).toBe('running');
+      // While the dead runner's lease is live, the sweep waits for it.
+      const early = await sweep(c, ws.workspaceId);
+      expect(early.recovered.abort_preparing).toBe(0);
+      await backdateCompensation(c.operationId);
+
+      const report = await sweep(c, ws.workspaceId);
+      expect(report.expiredCompensations).toBe(1);
+      expect(report.recovered.abort_preparing).toBe(1);
+      expect(report.recoveryConflicts).toBe(0);
+      expect((await compensation(t.db, c.step(kind).id)).state).toBe('compensated');
+      const [op] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+        c.operationId,
+      ]);
+      expect(op!.state).toBe('aborted');
+      expect(await count(t.db, 'tasks', 'id = ?', [c.taskId])).toBe(0);
+      expect(await count(t.db, 'event_outbox', 'task_id = ?', [c.taskId])).toBe(0);
+      // The real world holds nothing of the effect.
+      switch (kind) {
+        case 'workspace_attachment':
+          expect(await count(t.db, 'workspace_group_members', 'task_id = ?', [c.taskId])).toBe(0);
+          break;
+        case 'attachment_claim':
+          expect(await count(t.db, 'task_message_attachments', 'task_id = ?', [c.taskId])).toBe(0);
+          for (const id of ws.attachmentIds)
+            expect(existsSync(claimedAttachmentPath(ws.dataDir, c.taskId, id))).toBe(false);
+          break;
+        case 'fresh_branch_prepare':
+          expect(existsSync(repo!.worktree_path)).toBe(false);
+          expect(git(ws.repoPath, 'branch', '--list', repo!.branch).trim()).toBe('');
+          break;
+        case 'remote_contribution_associate':
+          expect(await count(t.db, 'task_remote_contribution_associations', 'task_id = ?', [c.taskId])).toBe(0);
+          expect(provider.comments('acme/app', pr).filter((x) => x.body.includes(c.taskId))).toHaveLength(0);
+          break;
+        case 'session_prepare':
+          expect(await count(t.db, 'task_sessions', 'task_id = ?', [c.taskId])).toBe(0);
+          break;
+      }
+    },
+  );
 });
