@@ -30,9 +30,25 @@ function delaySql(db: Db): string {
 export interface EnqueueSummary {
   steps: number;
   complete: boolean;
+  /** Due steps handed back to the caller instead of being enqueued (`options.keep`). */
+  kept: StepJob[];
+  /** Complete is due but was handed back to the caller (`options.keepComplete`). */
+  completeKept: boolean;
 }
 
-export async function enqueueRunnable(db: Db, queues: QueueSet, operationId: string): Promise<EnqueueSummary> {
+export interface EnqueueOptions {
+  /** Due steps the caller runs itself, in this process, instead of a BullMQ hop. */
+  keep?: (step: StepJob) => boolean;
+  /** The caller runs a due Complete itself. */
+  keepComplete?: boolean;
+}
+
+export async function enqueueRunnable(
+  db: Db,
+  queues: QueueSet,
+  operationId: string,
+  options: EnqueueOptions = {},
+): Promise<EnqueueSummary> {
   // One read (the operation's state and its steps, one snapshot): this runs after every step of every creation.
   const rows = await readRows<{ op_state: string } & { [K in keyof RunnableRow]: RunnableRow[K] | null }>(
     db,
@@ -42,41 +58,45 @@ export async function enqueueRunnable(db: Db, queues: QueueSet, operationId: str
     [operationId],
   );
   const state = rows[0]?.op_state;
+  const none: EnqueueSummary = { steps: 0, complete: false, kept: [], completeKept: false };
   if (state === 'completing') {
     await queues
       .get(COMPLETE_QUEUE)
       .add('complete', { operationId } satisfies CompleteJob, { jobId: completeJobId(operationId) });
-    return { steps: 0, complete: true };
+    return { ...none, complete: true };
   }
-  if (state !== 'preparing') return { steps: 0, complete: false };
+  if (state !== 'preparing') return none;
   const steps = rows.filter((r): r is typeof r & RunnableRow => r.id !== null);
-  if (steps.some((s) => s.state === 'failed' || s.compensation_state !== 'none')) return { steps: 0, complete: false };
+  if (steps.some((s) => s.state === 'failed' || s.compensation_state !== 'none')) return none;
   const others = steps.filter((s) => s.kind !== 'launch_intent');
   const othersDone = others.every((s) => s.state === 'succeeded');
   const due = steps.filter(
     (s) => (s.state === 'planned' || s.state === 'retry_wait') && (s.kind !== 'launch_intent' || othersDone),
   );
+  const kept: StepJob[] = [];
+  const sends: Promise<unknown>[] = [];
+  for (const s of due) {
+    const job: StepJob = {
+      operationId,
+      stepId: s.id,
+      kind: s.kind,
+      stepKey: s.step_key,
+      generation: Number(s.generation),
+    };
+    const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
+    if (delay === 0 && options.keep?.(job)) kept.push(job);
+    else sends.push(queues.step(s.kind).add(s.kind, job, { jobId: stepJobId(s.id, job.generation), delay }));
+  }
   // Independent wake-ups: sent together, one Redis round trip of latency instead of one per step.
-  await Promise.all(
-    due.map((s) => {
-      const job: StepJob = {
-        operationId,
-        stepId: s.id,
-        kind: s.kind,
-        stepKey: s.step_key,
-        generation: Number(s.generation),
-      };
-      const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
-      return queues.step(s.kind).add(s.kind, job, { jobId: stepJobId(s.id, job.generation), delay });
-    }),
-  );
-  const sent = due.length;
+  await Promise.all(sends);
+  const sent = due.length - kept.length;
   const launch = steps.filter((s) => s.kind === 'launch_intent');
   const ready = othersDone && launch.every((s) => s.state === 'armed');
+  if (ready && options.keepComplete) return { steps: sent, complete: false, kept, completeKept: true };
   if (ready) {
     await queues
       .get(COMPLETE_QUEUE)
       .add('complete', { operationId } satisfies CompleteJob, { jobId: completeJobId(operationId) });
   }
-  return { steps: sent, complete: ready };
+  return { steps: sent, complete: ready, kept, completeKept: false };
 }

@@ -18,7 +18,8 @@ import type { EffectDeps, StepHandler } from '../steps/types';
 import { recoverUntilSettled } from '../runtime/recover';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim } from '../store/types';
-import type { StepJob } from '../../queues/names';
+import { stepJobId, type StepJob } from '../../queues/names';
+import { processCompleteJob, type CompleteWorkerDeps } from './complete-worker';
 import { enqueueRunnable } from './enqueue';
 import type { QueueSet } from './queues';
 
@@ -32,6 +33,16 @@ export interface StepWorkerDeps {
   metrics: Metrics | null;
   workerId: string;
   leaseMs: number;
+  /**
+   * Run the launch intent and Complete of an operation in this process once
+   * they are its only work left (the fleet sets this); without it every next
+   * step and Complete goes through its BullMQ queue.
+   */
+  inline?: InlineWork;
+}
+
+export interface InlineWork {
+  complete: CompleteWorkerDeps;
 }
 
 /** Why lease/3: two heartbeats can be lost before the lease expires. */
@@ -89,9 +100,42 @@ export async function processStepJob(
   }
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state, generation: claim.generation }, 'step recorded');
-  await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
+  if (deps.inline && state !== 'failed') await continueInline(deps, deps.inline, job.operationId, log);
+  else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
   if (state === 'failed') await recoverFailed(deps, job.operationId, log);
   return state;
+}
+
+/**
+ * The operation's next wake-ups, except that work which is cheap and strictly
+ * sequential — the launch intent (a few rows, due only once every other step
+ * succeeded) and then Complete — runs right here instead of one BullMQ hop
+ * each. It goes through exactly the same claim, record and Complete paths as
+ * a queued job, so nothing about the ledger changes: two workers reaching the
+ * same point find one claim or Complete already done (a logged no-op), and a
+ * crash here leaves what a crashed queued job leaves (the lease expires, or
+ * the sweep re-sends the wake-up).
+ */
+async function continueInline(
+  deps: StepWorkerDeps,
+  inline: InlineWork,
+  operationId: string,
+  log: Logger,
+): Promise<void> {
+  const next = await enqueueRunnable(deps.effects.db, deps.queues, operationId, {
+    keep: (s) => s.kind === 'launch_intent',
+    keepComplete: true,
+  });
+  for (const job of next.kept) {
+    // Once armed, the launch intent's own pass through here runs Complete (two levels at most).
+    await processStepJob(deps, job, `inline-${stepJobId(job.stepId, job.generation)}`);
+  }
+  if (next.completeKept) {
+    await processCompleteJob(inline.complete, { operationId }).catch((err: unknown) => {
+      // The operation is untouched or completing: the complete job the sweep sends finishes it.
+      log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
+    });
+  }
 }
 
 /** Recovery right after a permanent failure. Its errors are logged, not thrown: the step is recorded, and the sweep retries. */

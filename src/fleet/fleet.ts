@@ -120,6 +120,11 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   };
   const roles = new Set(opts.roles);
 
+  // A process that runs both roles finishes an operation's launch intent and Complete in place once they are
+  // its only work left (no BullMQ hop each); processes split by role keep every hop (ecosystem.config.js).
+  const inline = roles.has('complete')
+    ? { complete: { db, queues, log: log.child({ role: 'complete' }), metrics, workerId } }
+    : undefined;
   if (roles.has('steps')) {
     for (const kind of STEP_KINDS) {
       const stepDeps = {
@@ -130,6 +135,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
         metrics,
         workerId,
         leaseMs: config.leaseMs,
+        inline,
       };
       worker<StepJob>(
         stepQueueName(kind),

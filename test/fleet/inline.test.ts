@@ -1,0 +1,106 @@
+/**
+ * A worker that runs both the steps and the complete roles finishes an
+ * operation's launch intent and Complete in place once they are its only work
+ * left: no launch-intent job and no Complete job go through Redis, and the
+ * ledger ends exactly as with queued jobs (armed intent, one task.created).
+ * Without `inline`, the same step leaves both as queued wake-ups. Both dialects.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { COMPLETE_QUEUE, stepQueueName } from '../../queues/names';
+import { QueueSet } from '../../src/coordinator/queues';
+import { processStepJob, type StepWorkerDeps } from '../../src/coordinator/step-worker';
+import type { StepKind } from '../../src/domain/vocab';
+import { silentLogger } from '../../src/log';
+import { createProviderRegistry } from '../../src/providers/registry';
+import { createRedis } from '../../src/runtime/redis';
+import { defaultStepHandlers } from '../../src/steps/index';
+import type { StepHandler } from '../../src/steps/types';
+import { claimTaskCreationStep } from '../../src/store/step-claims';
+import type { OperationAuthority } from '../../src/store/types';
+import { count, useTestDb } from '../support/db';
+import { begin, stepRows } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+
+const t = useTestDb();
+const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
+const queues = new QueueSet(redis, `tl-inline-${randomUUID()}`);
+afterAll(async () => {
+  for (const q of queues.all()) await q.obliterate({ force: true });
+  await queues.close();
+  redis.disconnect();
+});
+
+/** A creation whose every step but the session and the launch intent already succeeded. */
+async function readyForSession() {
+  const ws = await seedWorkspace(t.db);
+  const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  const effects = {
+    db: t.db,
+    dataDir: ws.dataDir,
+    providers: createProviderRegistry({ timeoutMs: 5000 }),
+    log: silentLogger(),
+    timeoutMs: 5000,
+  };
+  const rows = await stepRows(t.db, res.operationId);
+  for (const row of rows.filter((r) => r.kind !== 'session_prepare' && r.kind !== 'launch_intent')) {
+    const kind = row.kind as StepKind;
+    const claim = await claimTaskCreationStep(t.db, auth, { kind, stepKey: row.step_key }, 'worker-0');
+    expect(await (defaultStepHandlers[kind] as StepHandler).perform(effects, claim, async () => {})).toBe('succeeded');
+  }
+  const session = rows.find((r) => r.kind === 'session_prepare')!;
+  const job = {
+    operationId: res.operationId,
+    stepId: session.id,
+    kind: 'session_prepare' as const,
+    stepKey: session.step_key,
+    generation: Number(session.generation),
+  };
+  return { res, effects, job };
+}
+
+const waiting = async (name: string) => (await queues.get(name).getJobCounts('waiting')).waiting ?? 0;
+
+describe('inline launch intent and Complete', () => {
+  it('runs them in place: no launch or Complete job, one task.created', async () => {
+    const { res, effects, job } = await readyForSession();
+    const log = silentLogger();
+    const deps: StepWorkerDeps = {
+      effects,
+      handlers: defaultStepHandlers,
+      queues,
+      log,
+      metrics: null,
+      workerId: 'inline-worker',
+      leaseMs: 30_000,
+      inline: { complete: { db: t.db, queues, log, metrics: null, workerId: 'inline-worker' } },
+    };
+    const launchBefore = await waiting(stepQueueName('launch_intent'));
+    const completeBefore = await waiting(COMPLETE_QUEUE);
+    expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
+    const steps = await stepRows(t.db, res.operationId);
+    expect(steps.find((s) => s.kind === 'launch_intent')!.state).toBe('armed');
+    expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'completed'", [res.operationId])).toBe(1);
+    expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
+    expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore);
+    expect(await waiting(COMPLETE_QUEUE)).toBe(completeBefore);
+  });
+
+  it('without inline, the same step leaves the launch intent as a queued wake-up', async () => {
+    const { res, effects, job } = await readyForSession();
+    const deps: StepWorkerDeps = {
+      effects,
+      handlers: defaultStepHandlers,
+      queues,
+      log: silentLogger(),
+      metrics: null,
+      workerId: 'queued-worker',
+      leaseMs: 30_000,
+    };
+    const launchBefore = await waiting(stepQueueName('launch_intent'));
+    expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
+    expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore + 1);
+    expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'preparing'", [res.operationId])).toBe(1);
+  });
+});
