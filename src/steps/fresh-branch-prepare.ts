@@ -16,8 +16,11 @@
  *    already there is accepted only with this step's exact marker file (a
  *    previous attempt got that far); anything else at the path or branch is
  *    foreign: `unknown`, never deleted. A failed `git worktree add` that left
- *    nothing behind is transient (`retry_wait`, `absent_proven`); one that
- *    left something is ambiguous (`unknown`);
+ *    nothing behind is transient (`retry_wait`, `absent_proven`), and so is
+ *    one that lost a race with another process's `worktree add` and left
+ *    only its new branch at the base commit (the branch is deleted by
+ *    compare-and-set first); one that left anything else is ambiguous
+ *    (`unknown`);
  * 4. re-inspects (registered, on the branch, HEAD = base, marker) and records
  *    success with `recordFreshBranch` (one transaction).
  * A crash between `worktree add` and the marker-file write leaves a worktree
@@ -63,11 +66,13 @@ import {
   absoluteGitDir,
   addWorktree,
   branchCommit,
+  deleteBranchAt,
   commitExists,
   currentBranch,
   headCommit,
   isGitRepository,
   isLockContention,
+  isWorktreeRace,
   listWorktrees,
 } from './git';
 import type { Observation, StepHandler } from './types';
@@ -148,6 +153,9 @@ async function inspect(repo: string, path: string, branch: string, timeoutMs: nu
 }
 
 const nothingThere = (g: GitState) => !g.pathExists && !g.registered && g.branchAt === null;
+
+/** What a `worktree add -b` that lost a race leaves: the new branch at the base commit, no path, no registration. */
+const onlyNewBranch = (g: GitState, req: Req) => !g.pathExists && !g.registered && g.branchAt === req.base_commit;
 
 function exact(g: GitState, req: Req, marker: string): boolean {
   const ref = `refs/heads/${req.branch}`;
@@ -237,8 +245,16 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
       await mkdir(dirname(path), { recursive: true });
       await addWorktree(repo.path, path, req.branch, req.base_commit, timeoutMs);
     } catch (err) {
-      const after = await inspect(repo.path, path, req.branch, timeoutMs);
+      let after = await inspect(repo.path, path, req.branch, timeoutMs);
       const message = (err as Error).message;
+      if (isWorktreeRace(err) && onlyNewBranch(after, req)) {
+        // Lost a race with another process's `worktree add` in this repository: Git created our branch and
+        // stopped. Nothing was at the path or branch before this add (checked above), so the branch is this
+        // add's; it is deleted only while it still points at the base commit, and the step retries.
+        await deleteBranchAt(repo.path, req.branch, req.base_commit, timeoutMs).catch(() => undefined);
+        after = await inspect(repo.path, path, req.branch, timeoutMs);
+        if (nothingThere(after)) return fail(db, claim, 'transient', 'git_worktree_race', message, gitRows(req, after));
+      }
       if (nothingThere(after)) {
         const code = isLockContention(err) ? 'git_lock_contention' : 'git_failed';
         return fail(db, claim, 'transient', code, message, gitRows(req, after));

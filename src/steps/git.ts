@@ -11,8 +11,16 @@
  *   `false`/`null` for "not there" and reject only when Git itself could not
  *   answer (timeout, crash).
  * - `isLockContention(err)`: another Git process holds a `.lock` file.
+ * - `addWorktree` runs one `git worktree add` per repository at a time within
+ *   a process: concurrent adds in one repository make Git read each other's
+ *   half-written `.git/worktrees/<name>` (`failed to read ... commondir`), and
+ *   the loser leaves its new branch behind. Across processes that can still
+ *   happen; `isWorktreeRace` recognises it and `deleteBranchAt` undoes the
+ *   branch by compare-and-set.
  */
 import { execFile } from 'node:child_process';
+import { readdir, readFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 
 export class GitCommandError extends Error {
   constructor(
@@ -109,7 +117,14 @@ export interface WorktreeEntry {
 
 /** `git worktree list --porcelain`, parsed (the main work tree first). */
 export async function listWorktrees(repo: string, timeoutMs: number): Promise<WorktreeEntry[]> {
-  const out = await runGit(['-C', repo, 'worktree', 'list', '--porcelain'], timeoutMs);
+  let out: string;
+  try {
+    out = await runGit(['-C', repo, 'worktree', 'list', '--porcelain'], timeoutMs);
+  } catch (err) {
+    // Another process is half-way through `worktree add`: Git refuses to list; read the admin directories.
+    if (!isWorktreeRace(err)) throw err;
+    return scanWorktreeAdminDirs(repo, timeoutMs);
+  }
   const entries: WorktreeEntry[] = [];
   let cur: WorktreeEntry | null = null;
   for (const line of out.split('\n')) {
@@ -127,7 +142,7 @@ export async function listWorktrees(repo: string, timeoutMs: number): Promise<Wo
   return entries;
 }
 
-export async function addWorktree(
+async function addWorktreeNow(
   repo: string,
   path: string,
   branch: string,
@@ -135,6 +150,56 @@ export async function addWorktree(
   timeoutMs: number,
 ): Promise<void> {
   await runGit(['-C', repo, 'worktree', 'add', '--quiet', '-b', branch, path, baseCommit], timeoutMs);
+}
+
+/**
+ * The linked worktrees as their administrative directories record them
+ * (`<common dir>/worktrees/<name>/{gitdir,HEAD}`), skipping one still being
+ * written. What `worktree list` reports for linked worktrees, without the
+ * main work tree or the prunable flag; used only while Git refuses to list.
+ */
+async function scanWorktreeAdminDirs(repo: string, timeoutMs: number): Promise<WorktreeEntry[]> {
+  const common = (
+    await runGit(['-C', repo, 'rev-parse', '--path-format=absolute', '--git-common-dir'], timeoutMs)
+  ).trim();
+  const entries: WorktreeEntry[] = [];
+  const names = await readdir(join(common, 'worktrees')).catch(() => [] as string[]);
+  for (const name of names.sort()) {
+    const dir = join(common, 'worktrees', name);
+    const gitdir = (await readFile(join(dir, 'gitdir'), 'utf8').catch(() => '')).trim();
+    const head = (await readFile(join(dir, 'HEAD'), 'utf8').catch(() => '')).trim();
+    if (gitdir === '' || head === '') continue;
+    const branch = head.startsWith('ref: ') ? head.slice('ref: '.length) : null;
+    entries.push({ path: dirname(gitdir), head: branch === null ? head : null, branch, prunable: false });
+  }
+  return entries;
+}
+
+/** Per repository path: the tail of the chain of `worktree add` calls in this process. */
+const addChains = new Map<string, Promise<unknown>>();
+
+export function addWorktree(...args: Parameters<typeof addWorktreeNow>): Promise<void> {
+  const repo = args[0];
+  const prev = addChains.get(repo) ?? Promise.resolve();
+  const run = prev.catch(() => undefined).then(() => addWorktreeNow(...args));
+  const tail = run.catch(() => undefined);
+  addChains.set(repo, tail);
+  void tail.then(() => {
+    if (addChains.get(repo) === tail) addChains.delete(repo);
+  });
+  return run;
+}
+
+/** Git lost a race with another `worktree add` in the same repository (another process's half-made worktree). */
+export function isWorktreeRace(err: unknown): boolean {
+  return (
+    err instanceof GitCommandError && /failed to read \.git\/worktrees\/[^ ]*\/(commondir|gitdir)/.test(err.stderr)
+  );
+}
+
+/** Deletes `refs/heads/<branch>` only while it still points at `commit` (compare-and-set). */
+export async function deleteBranchAt(repo: string, branch: string, commit: string, timeoutMs: number): Promise<void> {
+  await runGit(['-C', repo, 'update-ref', '-d', `refs/heads/${branch}`, commit], timeoutMs);
 }
 
 /** The worktree's own administrative directory (`<repo>/.git/worktrees/<name>`), or null. */

@@ -209,6 +209,30 @@ describe('fresh_branch_prepare perform', () => {
     );
     expect(await freshBranchPrepareHandler.perform(s.deps, again, noHeartbeat)).toBe('succeeded');
   });
+
+  it("losing a race with another process's worktree add: its branch is undone, transient; the retry succeeds", async () => {
+    const s = await setup();
+    // Another process's half-written worktree admin directory, as Git sees it mid-`worktree add`.
+    const other = join(s.ws.repoPath, '.git', 'worktrees', 'other-process');
+    mkdirSync(other, { recursive: true });
+    writeFileSync(join(other, 'gitdir'), join(tmpdir(), 'elsewhere', '.git'));
+    writeFileSync(join(other, 'commondir'), '');
+    expect(await freshBranchPrepareHandler.perform(s.deps, s.claim, noHeartbeat)).toBe('retry_wait');
+    const st = await stepState(t.db, s.claim.stepId);
+    expect(st.error_code).toBe('git_worktree_race');
+    expect(st.evidence!.effect).toBe('absent_proven');
+    expect(s.branchExists()).toBe(false);
+    expect(existsSync(s.path)).toBe(false);
+    rmSync(other, { recursive: true });
+    const again = await claimTaskCreationStep(
+      t.db,
+      s.c.auth,
+      { kind: 'fresh_branch_prepare', stepKey: s.claim.stepKey },
+      'w2',
+    );
+    expect(await freshBranchPrepareHandler.perform(s.deps, again, noHeartbeat)).toBe('succeeded');
+    expect(s.branchExists()).toBe(true);
+  });
 });
 
 describe('fresh_branch_prepare observe', () => {
