@@ -16,6 +16,8 @@ import { readRows } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { claimTaskCreationCompensation } from '../store/compensation';
+import { renewTaskCreationCompensationLease } from '../store/compensation-lease';
+import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import type { CompensationClaim } from '../store/types';
 import type { EffectDeps } from '../steps/types';
 import { undoOf } from './index';
@@ -38,10 +40,22 @@ export async function runClaimedUndo(
   deps: EffectDeps,
   claim: CompensationClaim,
   report: CompensationRunReport,
+  leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<void> {
   const undo = undoOf(claim.kind);
   if (undo === null) throw new Error(`${claim.kind} is never compensated`);
   const log = deps.log.child({ operation_id: claim.operationId, step_id: claim.stepId, kind: claim.kind });
+  // Why lease/3: two renewals can be lost before the lease expires (as for step claims). A long Git undo
+  // keeps its claim; a renewal that finds the claim stale stops, and the undo's own record then fails stale.
+  const timer = setInterval(
+    () => {
+      renewTaskCreationCompensationLease(deps.db, claim, leaseMs).catch((err: unknown) => {
+        clearInterval(timer);
+        log.warn({ err }, 'compensation lease renewal failed; the reaper turns it unknown if it expires');
+      });
+    },
+    Math.max(250, Math.floor(leaseMs / 3)),
+  );
   try {
     const r = await undo(deps, claim);
     if (r.outcome === 'retry_wait') report.retry++;
@@ -53,6 +67,8 @@ export async function runClaimedUndo(
       return;
     }
     throw err;
+  } finally {
+    clearInterval(timer);
   }
 }
 
@@ -60,6 +76,7 @@ export async function runPendingCompensations(
   deps: EffectDeps,
   operationId: string,
   owner: string,
+  leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<CompensationRunReport> {
   const report = emptyReport();
   const now = deps.db.dialect === 'postgres' ? 'clock_timestamp()' : 'NOW(3)';
@@ -80,12 +97,13 @@ export async function runPendingCompensations(
         { kind: 'operation', operationId, actor: owner },
         { kind: step.kind, stepKey: step.step_key },
         owner,
+        leaseMs,
       );
     } catch (err) {
       if (isTaskLedgerError(err) && SKIPPABLE.has(err.code)) continue;
       throw err;
     }
-    await runClaimedUndo(deps, claim, report);
+    await runClaimedUndo(deps, claim, report, leaseMs);
   }
   return report;
 }
