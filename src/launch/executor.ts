@@ -12,8 +12,9 @@
  * earlier start stale (it does nothing).
  *
  * Observe (the recovery proof): runtime proof = a `started` marker for this
- * key whose agent is alive (a process carries the key) or whose exit was
- * recorded, or a `starting` marker with a live process carrying the key.
+ * key (written only after a successful spawn; the agent is alive when a
+ * process carries the key, else it exited, with or without a recorded exit),
+ * or a `starting` marker with a live process carrying the key.
  * No-dispatch proof = no marker (or a `refused` one) for this key AND no
  * process carrying the key, on the host of the claim's last owner (markers
  * and processes are local: absence on another host proves nothing). Anything
@@ -281,7 +282,8 @@ export class LocalProcessExecutor implements Executor {
           exit = null;
         }
         if (exit !== null && exit.pid !== doc.pid) exit = null;
-        if (!alive && exit === null) return none('started, but the agent is neither alive nor has a recorded exit');
+        // `started` is written only after a successful spawn: the agent ran. Neither alive nor a recorded exit
+        // means it ended while no worker watched (its worker died too): reconciled as exited, never restarted.
         return runtime(doc.pid, exit);
       }
     }

@@ -7,7 +7,7 @@
  * with a log line. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -221,6 +221,23 @@ describe('launch-dispatch recovery', () => {
       s.sessionId,
     ]);
     expect(runtimes.map((r) => r.state)).toEqual(['exited']);
+    expect(await processLaunchJob(s.worker('w2'), s.job)).toBe('skipped');
+    expect(s.starts()).toBe(1);
+  });
+
+  it('an agent that exited while no worker watched (no exit record) is reconciled as exited, not started again', async () => {
+    const s = await completedLaunch(SHORT_AGENT);
+    await expect(processLaunchJob(s.worker('doomed', dyingAfterStart(s.executor)), s.job)).rejects.toThrow(
+      'worker died',
+    );
+    await until(() => existsSync(s.executor.exitPath(s.sessionId)));
+    // The exit watcher died with its worker before writing the exit record.
+    rmSync(s.executor.exitPath(s.sessionId));
+    await until(() => (findDispatchProcesses(s.key) ?? []).length === 0);
+    await backdateClaim(s.res.operationId);
+    expect(await s.recover()).toMatchObject({ reconciled: 1, retried: 0, left: 0, expired: 1 });
+    expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'succeeded', generation: 1 });
+    expect(await sessionState(s.sessionId)).toBe('stopped');
     expect(await processLaunchJob(s.worker('w2'), s.job)).toBe('skipped');
     expect(s.starts()).toBe(1);
   });
