@@ -33,6 +33,8 @@ export interface CleanupRunReport {
   done: number;
   retry: number;
   unknown: number;
+  /** Jobs whose run threw an unexpected error (logged; a later pass takes them again). */
+  errors: number;
 }
 
 async function decide(deps: EffectDeps, job: CleanupJobClaim, proof: CleanupProof): Promise<CleanupDecision> {
@@ -113,11 +115,19 @@ export async function runDueCleanupJobs(
   owner: string,
   options: { workspaceId?: string; limit?: number } = {},
 ): Promise<CleanupRunReport> {
-  const report: CleanupRunReport = { done: 0, retry: 0, unknown: 0 };
+  const report: CleanupRunReport = { done: 0, retry: 0, unknown: 0, errors: 0 };
   for (const id of await findDueCleanupJobs(deps.db, options)) {
-    const job = await claimCleanupJob(deps.db, id, owner);
-    if (job === null) continue;
-    const state = await performCleanupJob(deps, job);
+    let state;
+    try {
+      const job = await claimCleanupJob(deps.db, id, owner);
+      if (job === null) continue;
+      state = await performCleanupJob(deps, job);
+    } catch (err) {
+      // One job's unexpected failure must not stop the pass; its lease expires and a later pass takes it again.
+      deps.log.error({ err, cleanup_job_id: id }, 'cleanup job failed unexpectedly; the pass goes on');
+      report.errors++;
+      continue;
+    }
     if (state === 'done') report.done++;
     else if (state === 'retry_wait') report.retry++;
     else if (state === 'unknown') report.unknown++;

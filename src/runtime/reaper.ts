@@ -52,6 +52,8 @@ export interface SweepReport {
   recoveryFenced: number;
   /** No action: an invariant violation or a refused action (logged; left for an operator). */
   recoveryConflicts: number;
+  /** Operations whose recovery threw an unexpected error (logged; retried next sweep). */
+  recoveryErrors: number;
   /** Launch dispatch recovery; null when the reaper has no executor. */
   dispatch: DispatchRecoveryReport | null;
   wakeups: number;
@@ -79,6 +81,7 @@ export function emptySweepReport(): SweepReport {
     recoveryCandidates: 0,
     recoveryFenced: 0,
     recoveryConflicts: 0,
+    recoveryErrors: 0,
     dispatch: null,
     wakeups: 0,
   };
@@ -92,7 +95,17 @@ async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise
   });
   report.recoveryCandidates = candidates.length;
   for (const operationId of candidates) {
-    for (const out of await recoverUntilSettled(deps, operationId)) {
+    let outcomes;
+    try {
+      outcomes = await recoverUntilSettled(deps, operationId);
+    } catch (err) {
+      // One operation's unexpected failure (a database error, a broken invariant) must not stop the sweep:
+      // the rest of the batch, dispatch recovery and the wake-ups still run; this one is retried next sweep.
+      deps.log.error({ err, operation_id: operationId }, 'recovery of one operation failed; the sweep goes on');
+      report.recoveryErrors++;
+      continue;
+    }
+    for (const out of outcomes) {
       if (out.action !== null) report.recovered[out.action]++;
       if (out.skipped === 'stale_claim') report.recoveryFenced++;
       if (out.skipped === 'creation_state_conflict' || out.skipped === 'error' || (out.action && out.detail)) {

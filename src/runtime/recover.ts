@@ -141,6 +141,7 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
         {
           resolution: observation.effect === 'present_exact' ? 'succeeded' : 'retry_wait',
           evidence: observation.evidence,
+          observedGeneration: step.generation,
         },
       );
       if (to === 'retry_wait') counts.retry++;

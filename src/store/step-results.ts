@@ -137,6 +137,13 @@ export interface ResolveProof {
   /** `succeeded` needs present_exact evidence (an `armed` intent for launch_intent); `retry_wait` and `failed` need absent_proven. */
   resolution: 'succeeded' | 'retry_wait' | 'failed';
   evidence: StepEvidence;
+  /**
+   * The step generation the proof was observed at. When given, a step that
+   * has moved on since (resolved, retried, claimed and unknown again) is
+   * `stale_claim` with zero writes: an old observation never decides a newer
+   * attempt. Recovery always passes it.
+   */
+  observedGeneration?: number;
 }
 
 /**
@@ -169,6 +176,13 @@ export async function resolveTaskCreationStep(
     if (step.state !== 'unknown') {
       throw new ConflictError('creation_state_conflict', `step is ${step.state}; only unknown steps are resolved`, {
         step_id: step.id,
+      });
+    }
+    if (proof.observedGeneration !== undefined && proof.observedGeneration !== step.generation) {
+      throw new ConflictError('stale_claim', 'the step moved on since this proof was observed', {
+        step_id: step.id,
+        observed_generation: proof.observedGeneration,
+        generation: step.generation,
       });
     }
     const wanted = proof.resolution === 'succeeded' ? 'present_exact' : 'absent_proven';

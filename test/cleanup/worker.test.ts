@@ -75,6 +75,7 @@ describe('a modified worktree', () => {
       done: 1,
       retry: 0,
       unknown: 0,
+      errors: 0,
     });
     expect(await cleanupJob(t.db, comp.jobId!)).toMatchObject({ state: 'done', error_code: null });
     const quarantined = join(c.ws.dataDir, 'quarantine', c.ws.workspaceId, comp.jobId!, basename(row.worktree_path));
@@ -91,6 +92,7 @@ describe('a modified worktree', () => {
       done: 0,
       retry: 0,
       unknown: 0,
+      errors: 0,
     });
   });
 
@@ -111,6 +113,7 @@ describe('a modified worktree', () => {
       done: 0,
       retry: 0,
       unknown: 1,
+      errors: 0,
     });
     expect(await cleanupJob(t.db, comp.jobId!)).toMatchObject({ state: 'unknown', error_code: 'marker_mismatch' });
     expect(existsSync(join(row.worktree_path, 'scratch.txt'))).toBe(true);
@@ -165,6 +168,7 @@ describe('rows that changed since the step', () => {
       done: 0,
       retry: 0,
       unknown: 1,
+      errors: 0,
     });
     expect(await cleanupJob(t.db, comp.jobId!)).toMatchObject({ state: 'unknown', error_code: 'proof_mismatch' });
     expect(await count(t.db, 'workspace_group_members', 'task_id = ?', [c.taskId])).toBe(1);

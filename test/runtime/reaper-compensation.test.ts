@@ -160,4 +160,32 @@ describe('the reaper and a crashed compensation', () => {
       }
     },
   );
+
+  it('one operation whose recovery throws unexpectedly does not stop the sweep: the next one still aborts', async () => {
+    const ws = await seeded(t.db, provider, ++pr);
+    const broken = await failedCreation(t.db, ws, ['session_prepare'], 'attachment_claim', pr);
+    const healthy = await failedCreation(t.db, ws, ['session_prepare'], 'attachment_claim', pr);
+    armFailpoint(
+      'during_compensation',
+      {
+        kind: 'call',
+        fn: () => {
+          throw new Error('an unexpected bug in one undo');
+        },
+      },
+      { match: (ctx) => ctx.operationId === broken.operationId },
+    );
+    const report = await sweep(broken, ws.workspaceId);
+    expect(report.recoveryErrors).toBe(1);
+    expect(report.recovered.abort_preparing).toBe(1);
+    const states = await sql<{ id: string; state: string }>(
+      t.db,
+      'SELECT id, state FROM task_creation_operations WHERE id IN (?, ?)',
+      [broken.operationId, healthy.operationId],
+    );
+    expect(Object.fromEntries(states.map((r) => [r.id, r.state]))).toEqual({
+      [broken.operationId]: 'preparing',
+      [healthy.operationId]: 'aborted',
+    });
+  });
 });
