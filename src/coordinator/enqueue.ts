@@ -9,7 +9,7 @@
 import { completeJobId, COMPLETE_QUEUE, stepJobId, type CompleteJob, type StepJob } from '../../queues/names';
 import { readRows, type Db } from '../db/tx';
 import type { StepKind } from '../domain/vocab';
-import type { QueueSet } from './queues';
+import { addWakeup, type QueueSet } from './queues';
 
 interface RunnableRow {
   id: string;
@@ -41,6 +41,8 @@ export interface EnqueueOptions {
   keep?: (step: StepJob) => boolean;
   /** The caller runs a due Complete itself. */
   keepComplete?: boolean;
+  /** Recovery re-sends: a failed job holding the same ID is removed first (`addWakeup`). */
+  replaceFailed?: boolean;
 }
 
 export async function enqueueRunnable(
@@ -60,9 +62,13 @@ export async function enqueueRunnable(
   const state = rows[0]?.op_state;
   const none: EnqueueSummary = { steps: 0, complete: false, kept: [], completeKept: false };
   if (state === 'completing') {
-    await queues
-      .get(COMPLETE_QUEUE)
-      .add('complete', { operationId } satisfies CompleteJob, { jobId: completeJobId(operationId) });
+    await addWakeup(
+      queues.get(COMPLETE_QUEUE),
+      'complete',
+      { operationId } satisfies CompleteJob,
+      { jobId: completeJobId(operationId) },
+      options.replaceFailed ?? false,
+    );
     return { ...none, complete: true };
   }
   if (state !== 'preparing') return none;
@@ -85,7 +91,10 @@ export async function enqueueRunnable(
     };
     const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
     if (delay === 0 && options.keep?.(job)) kept.push(job);
-    else sends.push(queues.step(s.kind).add(s.kind, job, { jobId: stepJobId(s.id, job.generation), delay }));
+    else {
+      const opts = { jobId: stepJobId(s.id, job.generation), delay };
+      sends.push(addWakeup(queues.step(s.kind), s.kind, job, opts, options.replaceFailed ?? false));
+    }
   }
   // Independent wake-ups: sent together, one Redis round trip of latency instead of one per step.
   await Promise.all(sends);
@@ -94,9 +103,13 @@ export async function enqueueRunnable(
   const ready = othersDone && launch.every((s) => s.state === 'armed');
   if (ready && options.keepComplete) return { steps: sent, complete: false, kept, completeKept: true };
   if (ready) {
-    await queues
-      .get(COMPLETE_QUEUE)
-      .add('complete', { operationId } satisfies CompleteJob, { jobId: completeJobId(operationId) });
+    await addWakeup(
+      queues.get(COMPLETE_QUEUE),
+      'complete',
+      { operationId } satisfies CompleteJob,
+      { jobId: completeJobId(operationId) },
+      options.replaceFailed ?? false,
+    );
   }
   return { steps: sent, complete: ready, kept, completeKept: false };
 }

@@ -17,6 +17,28 @@ export const WAKEUP_JOB_OPTIONS: JobsOptions = {
   removeOnFail: { count: 1000 },
 };
 
+/**
+ * Adds a wake-up under its derived job ID. A job that ended `failed` keeps its
+ * ID (`removeOnFail` keeps the last 1000 for the dashboard), and BullMQ
+ * ignores an add for an ID that exists, so a wake-up re-sent by recovery
+ * (`replaceFailed`) first removes a failed job of the same ID; the ledger, not
+ * the failed job, says the work is due. The hot path sends fresh IDs and
+ * skips that lookup.
+ */
+export async function addWakeup(
+  queue: Queue,
+  name: string,
+  data: unknown,
+  opts: JobsOptions & { jobId: string },
+  replaceFailed: boolean,
+): Promise<void> {
+  if (replaceFailed) {
+    const previous = await queue.getJob(opts.jobId);
+    if (previous && (await previous.isFailed())) await previous.remove();
+  }
+  await queue.add(name, data, opts);
+}
+
 export class QueueSet {
   private readonly queues = new Map<string, Queue>();
   /** "Creation ended" wake-ups for waiting create requests, on this prefix's channel. */

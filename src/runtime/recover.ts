@@ -213,7 +213,7 @@ async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryO
       return r.compensated + r.transferred + r.retry + r.unknown > 0;
     }
     case 'resume_preparing':
-      if (deps.queues) await enqueueRunnable(db, deps.queues, claim.operationId);
+      if (deps.queues) await enqueueRunnable(db, deps.queues, claim.operationId, { replaceFailed: true });
       // Wake-ups change nothing in the ledger.
       return false;
     case 'complete_preparing':

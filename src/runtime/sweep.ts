@@ -9,7 +9,7 @@
 import { LAUNCH_QUEUE, launchJobId, OUTBOX_QUEUE, type LaunchJob, type OutboxJob } from '../../queues/names';
 import { readRows, type Db } from '../db/tx';
 import { enqueueRunnable } from '../coordinator/enqueue';
-import type { QueueSet } from '../coordinator/queues';
+import { addWakeup, type QueueSet } from '../coordinator/queues';
 
 /** Why 500: one sweep's worth of work stays a bounded burst of enqueues. */
 const SWEEP_LIMIT = 500;
@@ -41,7 +41,7 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
     `SELECT id FROM task_creation_operations WHERE state IN ('preparing', 'completing') ${scope} ORDER BY updated_at LIMIT ${SWEEP_LIMIT}`,
     scopeParams,
   );
-  for (const op of ops) await enqueueRunnable(db, queues, op.id);
+  for (const op of ops) await enqueueRunnable(db, queues, op.id, { replaceFailed: true });
   const pending = await readRows<{ workspace_id: string }>(
     db,
     `SELECT DISTINCT workspace_id FROM event_outbox WHERE delivered_at IS NULL ${scope} LIMIT ${SWEEP_LIMIT}`,
@@ -66,7 +66,13 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   );
   for (const l of launches) {
     const job: LaunchJob = { operationId: l.operation_id, taskId: l.task_id, sessionId: l.session_id };
-    await queues.get(LAUNCH_QUEUE).add('launch', job, { jobId: launchJobId(l.operation_id, l.session_id) });
+    await addWakeup(
+      queues.get(LAUNCH_QUEUE),
+      'launch',
+      job,
+      { jobId: launchJobId(l.operation_id, l.session_id) },
+      true,
+    );
   }
   return { operations: ops.length, outboxWorkspaces: pending.length, launches: launches.length };
 }

@@ -3,11 +3,13 @@
  * launch wake-up was lost with Redis) gets its launch wake-up again from the
  * sweep: from the whole ledger when asked (a reaper's first sweep), and only
  * within the recent window afterwards, so a long-running reaper's sweeps do
- * not grow with the ledger's history. Both dialects.
+ * not grow with the ledger's history. And a wake-up whose job ID still
+ * belongs to a failed job is re-sent, not swallowed. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { launchJobId, LAUNCH_QUEUE } from '../../queues/names';
+import { Worker } from 'bullmq';
+import { launchJobId, LAUNCH_QUEUE, stepJobId, stepQueueName } from '../../queues/names';
 import { QueueSet } from '../../src/coordinator/queues';
 import { createRedis } from '../../src/runtime/redis';
 import { sweepWakeups } from '../../src/runtime/sweep';
@@ -72,5 +74,29 @@ describe('stranded launches', () => {
       ],
     );
     expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(0);
+  });
+});
+
+describe('wake-ups behind a failed job', () => {
+  it('the sweep removes a failed job holding the same ID and sends the wake-up again', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const step = (await stepRows(t.db, res.operationId)).find((s) => s.kind === 'session_prepare')!;
+    const jobId = stepJobId(step.id, Number(step.generation));
+    const queue = queues.step('session_prepare');
+    // The first wake-up's job failed (say the database dropped the claim's connection) and kept its ID.
+    await queue.add('session_prepare', { operationId: res.operationId }, { jobId });
+    const connection = redis.duplicate();
+    const failing = new Worker(stepQueueName('session_prepare'), () => Promise.reject(new Error('connection reset')), {
+      connection: redis.duplicate(),
+      prefix: queues.prefix,
+    });
+    await new Promise<void>((resolve) => failing.on('failed', () => resolve()));
+    await failing.close();
+    connection.disconnect();
+    expect(await (await queue.getJob(jobId))!.getState()).toBe('failed');
+
+    await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId });
+    expect(await (await queue.getJob(jobId))!.getState()).toBe('waiting');
   });
 });
