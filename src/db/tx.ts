@@ -202,13 +202,25 @@ export async function runTransaction<T>(
   }
 }
 
-/** One non-transactional read (autocommit), for lookups outside any command. */
+/**
+ * One non-transactional read (autocommit), for lookups outside any command.
+ * Its connection gets the same session settings as a transaction's (UTC on
+ * MySQL), so `NOW(3)` in a background query compares with stored UTC times.
+ */
 export async function readRows<T = Record<string, unknown>>(
   db: Db,
   sql: string,
   params: SqlParam[] = [],
 ): Promise<T[]> {
-  return db.ds.query<T[]>(toDialectSql(db.dialect, sql), params);
+  if (db.dialect === 'postgres') return db.ds.query<T[]>(toDialectSql(db.dialect, sql), params);
+  const qr = db.ds.createQueryRunner();
+  try {
+    await qr.connect();
+    await ensureSession(qr, db.dialect);
+    return (await qr.query(toDialectSql(db.dialect, sql), params)) as T[];
+  } finally {
+    await qr.release();
+  }
 }
 
 /** MySQL returns booleans as 0/1. */
