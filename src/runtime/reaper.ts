@@ -64,9 +64,10 @@ const BATCH = 200;
 
 /**
  * Why 15 minutes: far longer than any gap between two sweeps of a live
- * reaper (default 5 s), so a launch stranded while this reaper runs is
- * always inside the window; one that was stranded while no reaper ran is
- * found by the full scan of the next reaper to start.
+ * reaper (default 5 s), so a launch stranded (its task.created delivered, its
+ * wake-up lost) while this reaper runs is always inside the window; one
+ * stranded while no reaper ran is found by the full scan of the next reaper
+ * to start.
  */
 const LAUNCH_WINDOW_MS = 15 * 60_000;
 /** Reapers (by their deps) that have done their full stranded-launch scan. */

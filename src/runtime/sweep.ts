@@ -23,9 +23,9 @@ export interface SweepResult {
 export interface SweepOptions {
   workspaceId?: string;
   /**
-   * Look for stranded launches only among operations that changed within this
-   * many milliseconds (an index range on `(state, updated_at)`), or among all
-   * completed operations when null. A long-running reaper scans everything
+   * Look for stranded launches only among task.created events delivered
+   * within this many milliseconds (an index range on event_outbox
+   * `(delivered_at, seq)`), or among all delivered events when null. A long-running reaper scans everything
    * once at its start and then only the recent window, so a sweep's cost does
    * not grow with the ledger's history.
    */
@@ -53,16 +53,21 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
     });
   }
   // Delivered means the dispatcher already sent this launch once; a claim row appears when a launch worker takes it.
+  // Driven from the delivered task.created events: the window is a range on event_outbox (delivered_at, seq).
+  const window =
+    launchWindowMs === null
+      ? ''
+      : `AND e.delivered_at > ${db.dialect === 'postgres' ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'" : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND'}`;
   const launches = await readRows<{ operation_id: string; task_id: string; session_id: string }>(
     db,
-    `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM task_creation_operations o
+    `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM event_outbox e
+       JOIN task_creation_operations o ON o.id = e.operation_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
        JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted'
-      WHERE o.state = 'completed' ${scope.replace('workspace_id', 'o.workspace_id')} ${launchWindowMs === null ? '' : `AND o.updated_at > ${db.dialect === 'postgres' ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'" : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND'}`}
-        AND EXISTS (SELECT 1 FROM event_outbox e WHERE e.operation_id = o.id AND e.type = 'task.created' AND e.delivered_at IS NOT NULL)
+      WHERE e.type = 'task.created' AND e.delivered_at IS NOT NULL ${window} ${scope.replace('workspace_id', 'e.workspace_id')}
         AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
       LIMIT ${SWEEP_LIMIT}`,
-    launchWindowMs === null ? scopeParams : [...scopeParams, launchWindowMs],
+    launchWindowMs === null ? scopeParams : [launchWindowMs, ...scopeParams],
   );
   for (const l of launches) {
     const job: LaunchJob = { operationId: l.operation_id, taskId: l.task_id, sessionId: l.session_id };

@@ -48,9 +48,9 @@ describe('stranded launches', () => {
     expect((await launchJob())?.data).toEqual({ operationId: res.operationId, taskId: res.task.id, sessionId });
     await queues.get(LAUNCH_QUEUE).obliterate({ force: true });
 
-    // Two hours old: outside the window, found only by the full scan.
+    // Delivered two hours ago: outside the window, found only by the full scan.
     const old = t.db.dialect === 'postgres' ? "now() - interval '2 hours'" : 'NOW(3) - INTERVAL 2 HOUR';
-    await sql(t.db, `UPDATE task_creation_operations SET updated_at = ${old} WHERE id = ?`, [res.operationId]);
+    await sql(t.db, `UPDATE event_outbox SET delivered_at = ${old} WHERE operation_id = ?`, [res.operationId]);
     expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId, launchWindowMs: 60_000 })).launches).toBe(
       0,
     );
