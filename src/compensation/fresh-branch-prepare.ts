@@ -27,6 +27,7 @@ import type { OwnedRow } from '../store/effects/compensate-owned-rows';
 import { rowHash } from '../store/effects/row-documents';
 import type { CompensationClaim } from '../store/types';
 import {
+  deleteBranchAt,
   gitMessage,
   inspectWorktree,
   isUntouched,
@@ -96,7 +97,13 @@ export const undoFreshBranchPrepare: CompensationUndo = async (deps, claim) => {
   let retry: string | null = null;
   try {
     seen = await inspectWorktree(repo.path, path, req.branch, deps.timeoutMs);
-    if (!nothingThere(seen) && !isUntouched(seen, req.branch, req.base_commit, marker)) {
+    if (!seen.pathExists && !seen.registered && seen.branchAt === req.base_commit) {
+      // An earlier undo removed the worktree and died before deleting the branch: what is left is this
+      // step's branch still at the base commit, with nothing on it; delete it by compare-and-set.
+      await deleteBranchAt(repo.path, req.branch, req.base_commit, deps.timeoutMs);
+      seen = await inspectWorktree(repo.path, path, req.branch, deps.timeoutMs);
+      if (!nothingThere(seen)) retry = 'branch still present after deleting it';
+    } else if (!nothingThere(seen) && !isUntouched(seen, req.branch, req.base_commit, marker)) {
       touched = describe(seen);
     } else if (!nothingThere(seen)) {
       await removeUntouchedWorktree(repo.path, path, req.branch, req.base_commit, deps.timeoutMs);

@@ -50,7 +50,8 @@ export async function runClaimedUndo(
   const timer = setInterval(
     () => {
       renewTaskCreationCompensationLease(deps.db, claim, leaseMs).catch((err: unknown) => {
-        clearInterval(timer);
+        // Only a stale claim ends the heartbeat; a passing database error is retried at the next beat.
+        if (isTaskLedgerError(err, 'stale_claim')) clearInterval(timer);
         log.warn({ err }, 'compensation lease renewal failed; the reaper turns it unknown if it expires');
       });
     },

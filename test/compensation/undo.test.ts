@@ -121,6 +121,22 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
     expect(await count(t.db, 'task_environments', 'task_id = ?', [c.taskId])).toBe(0);
   });
 
+  it('fresh_branch_prepare: an earlier undo that removed the worktree and died leaves the branch; it is deleted', async () => {
+    const ws = await seeded(t.db, provider, ++pr);
+    const c = await failedCreation(t.db, ws, ['fresh_branch_prepare'], 'attachment_claim', pr);
+    const [row] = await sql<{ worktree_path: string; branch: string }>(
+      t.db,
+      'SELECT worktree_path, branch FROM task_environment_repos WHERE operation_id = ?',
+      [c.operationId],
+    );
+    // The first half of the undo (`worktree remove`) happened; the branch deletion did not.
+    git(ws.repoPath, 'worktree', 'remove', row!.worktree_path);
+    expect(git(ws.repoPath, 'branch', '--list', row!.branch).trim()).not.toBe('');
+    await compensateAndAbort(c, 'fresh_branch_prepare');
+    expect(git(ws.repoPath, 'branch', '--list', row!.branch).trim()).toBe('');
+    expect(await count(t.db, 'task_environment_repos', 'operation_id = ?', [c.operationId])).toBe(0);
+  });
+
   it('remote_contribution_associate: the marker comment and the association row are deleted', async () => {
     const ws = await seeded(t.db, provider, ++pr);
     const other = provider.addComment('acme/app', pr, 'a human comment');
