@@ -8,6 +8,7 @@ import { CreationLedger1796169660000 } from './1796169660000-CreationLedger';
 import { LiveTaskRows1796169720000 } from './1796169720000-LiveTaskRows';
 import { CleanupLaunchEvents1796169780000 } from './1796169780000-CleanupLaunchEvents';
 import { RepositoryRemoteSlug1796170200000 } from './1796170200000-RepositoryRemoteSlug';
+import { DispatchClaimStateIndex1796170260000 } from './1796170260000-DispatchClaimStateIndex';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -15,4 +16,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   LiveTaskRows1796169720000,
   CleanupLaunchEvents1796169780000,
   RepositoryRemoteSlug1796170200000,
+  DispatchClaimStateIndex1796170260000,
 ];

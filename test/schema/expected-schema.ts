@@ -281,6 +281,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
      error_code:str64? error_json:doc? ${STAMPS}`,
     {
       uniques: { uq_launch_dispatch: ['creation_operation_id', 'task_id', 'session_id'] },
+      indexes: { ix_task_launch_dispatch_claims_state_updated_at: ['state', 'updated_at'] },
       in: { state: DISPATCH_STATES },
     },
   ),

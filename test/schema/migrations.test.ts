@@ -38,6 +38,15 @@ async function repositoryColumns(): Promise<string[]> {
   return (await readColumns(ds)).filter((c) => c.table === 'repositories').map((c) => c.name);
 }
 
+async function dispatchClaimIndexes(): Promise<string[]> {
+  const rows = (await ds.query(
+    DIALECT === 'postgres'
+      ? "SELECT indexname AS name FROM pg_indexes WHERE tablename = 'task_launch_dispatch_claims'"
+      : "SELECT DISTINCT index_name AS name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = 'task_launch_dispatch_claims'",
+  )) as { name: string }[];
+  return rows.map((r) => r.name);
+}
+
 let ds: DataSource;
 
 beforeAll(async () => {
@@ -77,18 +86,24 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // DispatchClaimStateIndex: down() drops exactly its index.
+    expect(await dispatchClaimIndexes()).toContain('ix_task_launch_dispatch_claims_state_updated_at');
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await dispatchClaimIndexes()).not.toContain('ix_task_launch_dispatch_claims_state_updated_at');
+    expect(await readTables(ds)).toEqual(all);
+
     // RepositoryRemoteSlug: down() drops exactly its column.
     expect(await repositoryColumns()).toContain('remote_slug');
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(all);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 1);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 2);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(all.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 2);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 3);
 
-    for (let i = 2; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 3; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

@@ -274,6 +274,7 @@ CREATE TABLE `task_launch_dispatch_claims` (
   `updated_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_launch_dispatch` (`creation_operation_id`,`task_id`,`session_id`),
+  KEY `ix_task_launch_dispatch_claims_state_updated_at` (`state`,`updated_at`),
   CONSTRAINT `chk_task_launch_dispatch_claims_state` CHECK (`state` collate utf8mb4_nopad_bin in ('planned','running','unknown','retry_wait','succeeded','cancelled','transferred'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
