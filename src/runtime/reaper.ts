@@ -20,7 +20,7 @@ import { expireTaskCreationLeases, findExpiredLeaseOperations } from '../store/l
 import type { Executor } from '../launch/executor';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import { recoverLaunchDispatches, type DispatchRecoveryReport } from './dispatch-recovery';
-import { recoverUntilSettled, type RecoverDeps } from './recover';
+import { recoverUntilSettled, type RecoverDeps, type RecoveryOutcome } from './recover';
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
 
 export interface ReaperDeps extends RecoverDeps {
@@ -52,8 +52,10 @@ export interface SweepReport {
   recoveryFenced: number;
   /** No action: an invariant violation or a refused action (logged; left for an operator). */
   recoveryConflicts: number;
-  /** Operations whose recovery threw an unexpected error (logged; retried next sweep). */
+  /** Operations whose recovery threw an unexpected error (logged; retried after the back-off). */
   recoveryErrors: number;
+  /** Operations this reaper left out because recovery could not move them recently (STUCK_BACKOFF_MS). */
+  recoveryBackedOff: number;
   /** Launch dispatch recovery; null when the reaper has no executor. */
   dispatch: DispatchRecoveryReport | null;
   wakeups: number;
@@ -83,17 +85,64 @@ export function emptySweepReport(): SweepReport {
     recoveryFenced: 0,
     recoveryConflicts: 0,
     recoveryErrors: 0,
+    recoveryBackedOff: 0,
     dispatch: null,
     wakeups: 0,
   };
 }
 
+/**
+ * Why 5 minutes: an operation recovery cannot move (an invariant violation,
+ * an unexpected error, an unknown step whose observation stays mixed or
+ * foreign) waits for an operator; looking at it again every sweep would
+ * repeat its observation I/O and, with enough of them, fill every batch so
+ * that no other operation is recovered. Each reaper backs off from such an
+ * operation for this long, then looks again. Normal wake-ups are unaffected.
+ */
+const STUCK_BACKOFF_MS = 5 * 60_000;
+/** Why 1000: bounds the exclusion list a sweep sends; beyond it, the oldest back-offs end early. */
+const MAX_BACKOFFS = 1000;
+/** Per reaper (by its deps): operation id -> time (ms) until which it is left out. */
+const backoffs = new WeakMap<ReaperDeps, Map<string, number>>();
+
+function backoffOf(deps: ReaperDeps): Map<string, number> {
+  let m = backoffs.get(deps);
+  if (!m) {
+    m = new Map();
+    backoffs.set(deps, m);
+  }
+  const now = Date.now();
+  for (const [id, until] of m) if (until <= now) m.delete(id);
+  while (m.size > MAX_BACKOFFS) m.delete(m.keys().next().value as string);
+  return m;
+}
+
+/**
+ * Recovery could not move the operation: an invariant conflict, an error, an
+ * action the Store refused, or unknown steps it could not resolve. A live
+ * claim (`claim_in_flight`) or another reaper's claim (`stale_claim`) is not
+ * stuck: the next sweep looks again.
+ */
+function stuck(outcomes: RecoveryOutcome[]): boolean {
+  if (outcomes.some((o) => o.progressed)) return false;
+  return outcomes.some(
+    (o) =>
+      o.skipped === 'creation_state_conflict' ||
+      o.skipped === 'error' ||
+      (o.action !== null && o.detail !== null) ||
+      o.reconciled.stillUnknown > 0,
+  );
+}
+
 async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise<void> {
+  const backoff = backoffOf(deps);
   const candidates = await findRecoveryCandidates(deps.effects.db, {
     limit: BATCH,
     quietMs: deps.quietMs ?? deps.leaseMs ?? DEFAULT_LEASE_MS,
     workspaceId: deps.workspaceId,
+    exclude: [...backoff.keys()],
   });
+  report.recoveryBackedOff = backoff.size;
   report.recoveryCandidates = candidates.length;
   for (const operationId of candidates) {
     let outcomes;
@@ -101,11 +150,14 @@ async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise
       outcomes = await recoverUntilSettled(deps, operationId);
     } catch (err) {
       // One operation's unexpected failure (a database error, a broken invariant) must not stop the sweep:
-      // the rest of the batch, dispatch recovery and the wake-ups still run; this one is retried next sweep.
+      // the rest of the batch, dispatch recovery and the wake-ups still run; this one is retried after a back-off.
       deps.log.error({ err, operation_id: operationId }, 'recovery of one operation failed; the sweep goes on');
       report.recoveryErrors++;
+      backoff.set(operationId, Date.now() + STUCK_BACKOFF_MS);
       continue;
     }
+    if (stuck(outcomes)) backoff.set(operationId, Date.now() + STUCK_BACKOFF_MS);
+    else backoff.delete(operationId);
     for (const out of outcomes) {
       if (out.action !== null) report.recovered[out.action]++;
       if (out.skipped === 'stale_claim') report.recoveryFenced++;

@@ -87,6 +87,8 @@ export interface RecoveryCandidateQuery {
   /** An operation none of whose rows changed for this long counts as stalled. */
   quietMs: number;
   workspaceId?: string;
+  /** Operations this reaper is backing off from (recovery could not move them); left out of the batch. */
+  exclude?: readonly string[];
 }
 
 /**
@@ -111,6 +113,7 @@ export async function findRecoveryCandidates(db: Db, q: RecoveryCandidateQuery):
     `SELECT o.id FROM task_creation_operations o
       WHERE o.state IN ('preparing', 'preparing-release', 'completing')
         ${q.workspaceId === undefined ? '' : 'AND o.workspace_id = ?'}
+        ${q.exclude && q.exclude.length > 0 ? `AND o.id NOT IN (${q.exclude.map(() => '?').join(', ')})` : ''}
         AND (o.recovery_lease_expires_at IS NULL OR o.recovery_lease_expires_at <= ${now})
         AND (
           EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND (
@@ -123,7 +126,7 @@ export async function findRecoveryCandidates(db: Db, q: RecoveryCandidateQuery):
               AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.updated_at > ${quietSince}))
         )
       ORDER BY o.updated_at LIMIT ${Math.max(1, Math.floor(q.limit))}`,
-    [...(q.workspaceId === undefined ? [] : [q.workspaceId]), quiet, quiet],
+    [...(q.workspaceId === undefined ? [] : [q.workspaceId]), ...(q.exclude ?? []), quiet, quiet],
   );
   return rows.map((r) => r.id);
 }

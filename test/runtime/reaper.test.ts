@@ -209,3 +209,30 @@ describe('lost wake-ups', () => {
     }
   });
 });
+
+describe('operations recovery cannot move', () => {
+  it('are left out of the same reaper’s next sweeps (no batch is filled with them), and looked at by a new one', async () => {
+    const ws = await seedWorkspace(t.db);
+    const stuck = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    // V7: compensation required on a step that never succeeded — only a bug or tampering reaches this.
+    const [step] = await sql<{ id: string }>(
+      t.db,
+      "SELECT id FROM task_creation_steps WHERE operation_id = ? AND kind = 'session_prepare'",
+      [stuck.operationId],
+    );
+    await sql(t.db, "UPDATE task_creation_steps SET compensation_state = 'required' WHERE id = ?", [step!.id]);
+    const reaper = deps(ws.dataDir, ws.workspaceId);
+
+    const first = await sweepOnce(reaper);
+    expect(first.recoveryCandidates).toBe(1);
+    expect(first.recoveryConflicts).toBe(1);
+    // The same reaper backs off from it; nothing else is held up.
+    const second = await sweepOnce(reaper);
+    expect(second.recoveryCandidates).toBe(0);
+    expect(second.recoveryBackedOff).toBe(1);
+    // Another reaper (or this one after the back-off) looks again.
+    const other = await sweepOnce(deps(ws.dataDir, ws.workspaceId));
+    expect(other.recoveryCandidates).toBe(1);
+    expect(other.recoveryConflicts).toBe(1);
+  });
+});
