@@ -134,12 +134,12 @@ async function show(args: string[]): Promise<number> {
     }
     const cleanup = await readRows<Row>(
       db,
-      'SELECT id, kind, reason, state, generation, attempt, proof_sha256, created_at FROM task_resource_cleanup_jobs WHERE operation_id = ? ORDER BY created_at',
+      'SELECT id, kind, reason, state, generation, attempt, proof_sha256, error_code, created_at FROM task_resource_cleanup_jobs WHERE operation_id = ? ORDER BY created_at',
       [id],
     );
     const dispatch = await readRows<Row>(
       db,
-      'SELECT id, session_id, state, generation, attempt, idempotency_key, evidence_sha256, created_at FROM task_launch_dispatch_claims WHERE creation_operation_id = ?',
+      'SELECT id, session_id, state, generation, attempt, idempotency_key, evidence_sha256, error_code, created_at FROM task_launch_dispatch_claims WHERE creation_operation_id = ?',
       [id],
     );
     const events = await readRows<Row>(
@@ -163,8 +163,9 @@ async function show(args: string[]): Promise<number> {
     console.log(
       `outcome    ${str(op.result_outcome ?? '-')}   event ${str(op.result_event_id ?? '-')}   abort cause ${str(op.abort_cause ?? '-')}`,
     );
+    const recovery = (op.recovery ?? {}) as Row;
     console.log(
-      `recovery   ${str(op.recovery_action ?? '-')}   generation ${str(op.recovery_generation ?? 0)}   owner ${str(op.recovery_owner ?? '-')}`,
+      `recovery   ${str(recovery.action ?? '-')}   generation ${str(recovery.generation ?? 0)}   owner ${str(recovery.owner ?? '-')}   lease until ${time(recovery.lease_expires_at)}`,
     );
     const steps = (op.steps as Row[]) ?? [];
     const rows = [
@@ -188,11 +189,11 @@ async function show(args: string[]): Promise<number> {
     console.log(`\nsteps\n${table(rows)}`);
     if (cleanup.length)
       console.log(
-        `\ncleanup jobs\n${table([['JOB', 'KIND', 'REASON', 'STATE', 'GEN', 'PROOF'], ...cleanup.map((c) => [str(c.id), str(c.kind), str(c.reason), str(c.state), str(c.generation), short(c.proof_sha256)])])}`,
+        `\ncleanup jobs\n${table([['JOB', 'KIND', 'REASON', 'STATE', 'GEN', 'PROOF', 'ERROR'], ...cleanup.map((c) => [str(c.id), str(c.kind), str(c.reason), str(c.state), str(c.generation), short(c.proof_sha256), short(c.error_code ?? '-', 24)])])}`,
       );
     if (dispatch.length)
       console.log(
-        `\nlaunch dispatch\n${table([['CLAIM', 'SESSION', 'STATE', 'GEN', 'EVIDENCE'], ...dispatch.map((d) => [str(d.id), str(d.session_id), str(d.state), str(d.generation), short(d.evidence_sha256)])])}`,
+        `\nlaunch dispatch\n${table([['CLAIM', 'SESSION', 'STATE', 'GEN', 'EVIDENCE', 'ERROR'], ...dispatch.map((d) => [str(d.id), str(d.session_id), str(d.state), str(d.generation), short(d.evidence_sha256), short(d.error_code ?? '-', 24)])])}`,
       );
     if (events.length)
       console.log(

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { opsCommand } from '../../src/cli/ops';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { failTaskCreationStep } from '../../src/store/step-results';
-import { useTestDb } from '../support/db';
+import { sql, useTestDb } from '../support/db';
 import { ambiguousFailure } from '../support/evidence';
 import { begin, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
@@ -59,6 +59,29 @@ describe('taskledger ops', () => {
     expect(await opsCommand(['show', res.operationId, '--json'])).toBe(0);
     const doc = JSON.parse(out.join('\n')) as { steps: { kind: string; state: string }[] };
     expect(doc.steps.find((s) => s.kind === 'session_prepare')!.state).toBe('unknown');
+  });
+
+  it('shows the recovery claim and a cleanup job with the reason it was left for an operator', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const jobId = randomUUID();
+    await sql(
+      t.db,
+      `UPDATE task_creation_operations SET recovery_action = 'retry_compensation', recovery_generation = 3, recovery_owner = 'reaper:x' WHERE id = ?`,
+      [res.operationId],
+    );
+    await sql(
+      t.db,
+      `INSERT INTO task_resource_cleanup_jobs (id, workspace_id, task_id, operation_id, step_id, kind, reason, proof_json, proof_sha256, state, error_code, created_at, updated_at)
+       VALUES (?, ?, ?, ?, NULL, 'fresh_branch_prepare', 'worktree_touched', '{}', ?, 'unknown', 'marker_mismatch', ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'}, ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'})`,
+      [jobId, ws.workspaceId, res.task.id, res.operationId, 'b'.repeat(64)],
+    );
+    expect(await opsCommand(['show', res.operationId])).toBe(0);
+    const text = out.join('\n');
+    expect(text).toMatch(/recovery\s+retry_compensation\s+generation 3\s+owner reaper:x/);
+    expect(text).toMatch(
+      new RegExp(`${jobId}\\s+fresh_branch_prepare\\s+worktree_touched\\s+unknown\\s+0\\s+b{12}\\s+marker_mismatch`),
+    );
   });
 
   it('refuses bad arguments and reports a missing operation', async () => {
