@@ -16,70 +16,18 @@
  * - `quarantineWorktree`: keeps every change: moves the worktree to the
  *   quarantine path (`git worktree move`) and renames the branch.
  */
-import { lstat, mkdir, readFile, realpath } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { rowHash } from '../canonical/hash';
-import { WORKTREE_MARKER_FILE } from '../steps/fresh-branch-prepare';
-import {
-  absoluteGitDir,
-  branchCommit,
-  currentBranch,
-  GitCommandError,
-  headCommit,
-  listWorktrees,
-  runGit,
-} from '../steps/git';
+import { branchCommit, deleteBranchAt, GitCommandError, runGit } from '../steps/git';
+import { inspectWorktree as inspectState, nothingThere, pathExists, type WorktreeState } from '../steps/worktree-state';
 
-export interface WorktreeSeen {
-  pathExists: boolean;
-  registered: boolean;
-  registeredBranch: string | null;
-  branchAt: string | null;
-  head: string | null;
-  checkedOut: string | null;
-  markerText: string | null;
-  clean: boolean | null;
-}
+export type WorktreeSeen = WorktreeState;
+export { nothingThere };
 
-async function exists(p: string): Promise<boolean> {
-  try {
-    await lstat(p);
-    return true;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw err;
-  }
-}
-
-export async function isClean(path: string, timeoutMs: number): Promise<boolean> {
-  const out = await runGit(['-C', path, 'status', '--porcelain', '--ignored', '--untracked-files=all'], timeoutMs);
-  return out.trim() === '';
-}
-
-export async function inspectWorktree(
-  repo: string,
-  path: string,
-  branch: string,
-  timeoutMs: number,
-): Promise<WorktreeSeen> {
-  const pathExists = await exists(path);
-  const real = pathExists ? await realpath(path) : path;
-  const entry = (await listWorktrees(repo, timeoutMs)).find((w) => w.path === path || w.path === real);
-  const live = entry !== undefined && pathExists;
-  const gitDir = live ? await absoluteGitDir(path, timeoutMs) : null;
-  return {
-    pathExists,
-    registered: entry !== undefined,
-    registeredBranch: entry?.branch ?? null,
-    branchAt: await branchCommit(repo, branch, timeoutMs),
-    head: live ? await headCommit(path, timeoutMs) : null,
-    checkedOut: live ? await currentBranch(path, timeoutMs) : null,
-    markerText: gitDir ? await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) : null,
-    clean: live ? await isClean(path, timeoutMs) : null,
-  };
-}
-
-export const nothingThere = (s: WorktreeSeen): boolean => !s.pathExists && !s.registered && s.branchAt === null;
+/** The worktree as the undo needs it: everything, including whether the checkout is clean. */
+export const inspectWorktree = (repo: string, path: string, branch: string, timeoutMs: number): Promise<WorktreeSeen> =>
+  inspectState(repo, path, branch, timeoutMs, { clean: true });
 
 export function isUntouched(s: WorktreeSeen, branch: string, base: string, markerText: string): boolean {
   const ref = `refs/heads/${branch}`;
@@ -117,13 +65,10 @@ export async function removeUntouchedWorktree(
   timeoutMs: number,
 ): Promise<void> {
   await runGit(['-C', repo, 'worktree', 'remove', path], timeoutMs);
-  await runGit(['-C', repo, 'update-ref', '-d', `refs/heads/${branch}`, base], timeoutMs);
+  await deleteBranchAt(repo, branch, base, timeoutMs);
 }
 
-/** Deletes the branch only while it still points at `base` (no worktree left). */
-export async function deleteBranchAt(repo: string, branch: string, base: string, timeoutMs: number): Promise<void> {
-  await runGit(['-C', repo, 'update-ref', '-d', `refs/heads/${branch}`, base], timeoutMs);
-}
+export { deleteBranchAt };
 
 export async function quarantineWorktree(
   repo: string,
@@ -134,7 +79,7 @@ export async function quarantineWorktree(
   timeoutMs: number,
 ): Promise<void> {
   await mkdir(dirname(quarantinePath), { recursive: true });
-  if (await exists(path)) await runGit(['-C', repo, 'worktree', 'move', path, quarantinePath], timeoutMs);
+  if (await pathExists(path)) await runGit(['-C', repo, 'worktree', 'move', path, quarantinePath], timeoutMs);
   if ((await branchCommit(repo, branch, timeoutMs)) !== null) {
     await runGit(['-C', repo, 'branch', '-m', branch, quarantineBranch], timeoutMs);
   }

@@ -35,7 +35,7 @@
  * so the step retries and perform adopts the marked worktree; else conflict.
  */
 import { failpoint } from '../failpoints';
-import { lstat, mkdir, readFile, realpath, rename, writeFile } from 'node:fs/promises';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { canonicalJson } from '../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../canonical/types';
@@ -62,22 +62,11 @@ import {
 import { rowHash } from '../store/effects/row-documents';
 import { failTaskCreationStep } from '../store/step-results';
 import type { StepClaim, StepRow } from '../store/types';
-import {
-  absoluteGitDir,
-  addWorktree,
-  branchCommit,
-  deleteBranchAt,
-  commitExists,
-  currentBranch,
-  headCommit,
-  isGitRepository,
-  isLockContention,
-  isWorktreeRace,
-  listWorktrees,
-} from './git';
+import { addWorktree, deleteBranchAt, commitExists, isGitRepository, isLockContention, isWorktreeRace } from './git';
 import type { Observation, StepHandler } from './types';
+import { inspectWorktree, nothingThere, pathExists, WORKTREE_MARKER_FILE, type WorktreeState } from './worktree-state';
 
-export const WORKTREE_MARKER_FILE = 'taskledger-owner.json';
+export { WORKTREE_MARKER_FILE };
 
 type Req = FreshBranchPrepareRequest;
 
@@ -111,48 +100,10 @@ export function markerFileText(req: Req, owner: EffectOwner): string {
   });
 }
 
-interface GitState {
-  pathExists: boolean;
-  registered: boolean;
-  registeredBranch: string | null;
-  branchAt: string | null;
-  head: string | null;
-  checkedOut: string | null;
-  gitDir: string | null;
-  markerText: string | null;
-}
+type GitState = WorktreeState;
 
-async function exists(p: string): Promise<boolean> {
-  try {
-    await lstat(p);
-    return true;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw err;
-  }
-}
-
-async function inspect(repo: string, path: string, branch: string, timeoutMs: number): Promise<GitState> {
-  const pathExists = await exists(path);
-  const real = pathExists ? await realpath(path) : path;
-  const entry = (await listWorktrees(repo, timeoutMs)).find((w) => w.path === path || w.path === real);
-  const branchAt = await branchCommit(repo, branch, timeoutMs);
-  const live = entry !== undefined && pathExists;
-  const gitDir = live ? await absoluteGitDir(path, timeoutMs) : null;
-  const markerText = gitDir ? await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) : null;
-  return {
-    pathExists,
-    registered: entry !== undefined,
-    registeredBranch: entry?.branch ?? null,
-    branchAt,
-    head: live ? await headCommit(path, timeoutMs) : null,
-    checkedOut: live ? await currentBranch(path, timeoutMs) : null,
-    gitDir,
-    markerText,
-  };
-}
-
-const nothingThere = (g: GitState) => !g.pathExists && !g.registered && g.branchAt === null;
+const inspect = (repo: string, path: string, branch: string, timeoutMs: number) =>
+  inspectWorktree(repo, path, branch, timeoutMs);
 
 /** What a `worktree add -b` that lost a race leaves: the new branch at the base commit, no path, no registration. */
 const onlyNewBranch = (g: GitState, req: Req) => !g.pathExists && !g.registered && g.branchAt === req.base_commit;
@@ -310,7 +261,7 @@ async function observe(deps: Parameters<StepHandler['observe']>[0], step: StepRo
   const rows = await readFreshBranchRows(deps.db, step, path);
   const set = (g: GitState | null) => gitRows(req, g, rows);
   if (!(await isGitRepository(repo.path, deps.timeoutMs))) {
-    const gone = rows.envRepo === 'absent' && !(await exists(path));
+    const gone = rows.envRepo === 'absent' && !(await pathExists(path));
     return gone
       ? {
           effect: 'absent_proven',
