@@ -9,9 +9,9 @@
  * `retry`.
  */
 import type { RemoteContributionAssociateRequest } from '../canonical/types';
-import { ProviderError, type ContributionRef } from '../providers/types';
+import { ProviderError } from '../providers/types';
 import type { EffectDeps } from '../steps/types';
-import { readTarget } from '../store/effects/remote-contribution-rows';
+import { contributionRef, readTarget } from '../store/effects/remote-contribution-rows';
 import { dbReader } from '../store/effects/row-locks';
 import type { CleanupProof } from '../compensation/cleanup-proof';
 import { deleteMarkerComment, messageOf } from '../compensation/remote-contribution-associate';
@@ -33,14 +33,7 @@ export async function cleanAssociation(deps: EffectDeps, proof: CleanupProof): P
   }
   const target = await readTarget(dbReader(deps.db), req);
   if (!target.ok) return unknownDecision('provider_unreachable', target.message);
-  const ref: ContributionRef = {
-    provider: req.provider,
-    baseUrl: target.target.baseUrl,
-    token: target.target.token,
-    remoteSlug: target.target.remoteSlug,
-    contributionKind: req.contribution_kind,
-    contributionId: req.contribution_id,
-  };
+  const ref = contributionRef(req, target.target);
   try {
     const r = await deleteMarkerComment(deps.providers[req.provider], ref, d.ownership_marker!, d.provider_handle!);
     if (r === 'mismatch') return unknownDecision('handle_mismatch', 'the marker comment has another handle');

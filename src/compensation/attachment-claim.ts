@@ -24,7 +24,8 @@ import type { AttachmentClaimItem, AttachmentClaimRequest } from '../canonical/t
 import { digestFile, type FileDigest } from '../steps/attachment-claim';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../storage/paths';
 import { readOwnedRows, type OwnedRow } from '../store/effects/compensate-owned-rows';
-import { readAttachment, rowHash, type AttachmentDoc } from '../store/effects/row-documents';
+import { stagedDoc } from '../store/effects/attachment-claim';
+import { readAttachment, rowHash } from '../store/effects/row-documents';
 import { dbReader } from '../store/effects/row-locks';
 import type { CompensationClaim } from '../store/types';
 import type { EffectDeps } from '../steps/types';
@@ -35,22 +36,6 @@ type Req = AttachmentClaimRequest;
 
 export const fileMatches = (d: FileDigest | null, sha256: string, size: number): boolean =>
   d !== null && d.sha256 === sha256 && d.size === size;
-
-/** The exact staged row an attachment returns to. */
-export function stagedRow(req: Req, item: AttachmentClaimItem, storagePath: string): AttachmentDoc {
-  return {
-    id: item.attachment_id,
-    workspace_id: req.workspace_id,
-    owner_kind: 'staging',
-    staging_owner_id: item.staging_owner_id,
-    task_id: null,
-    claimed_by_operation_id: null,
-    claimed_by_step_id: null,
-    content_sha256: item.content_sha256,
-    size: item.size,
-    storage_path: storagePath,
-  };
-}
 
 /** Copies `src` over `dst` through a verified temp file; false when the copy does not hash right. */
 export async function copyVerified(src: string, dst: string, sha256: string, size: number): Promise<boolean> {
@@ -97,7 +82,7 @@ async function planOf(
       table: 'task_message_attachments',
       key: item.attachment_id,
       row_sha256: claimedHashes.get(item.attachment_id) ?? '0'.repeat(64),
-      undone_sha256: rowHash(stagedRow(req, item, current?.storage_path ?? '')),
+      undone_sha256: rowHash(stagedDoc(req, item, current?.storage_path ?? '')),
     });
     files.push({
       item,

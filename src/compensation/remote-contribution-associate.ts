@@ -19,7 +19,12 @@
 import type { RemoteContributionAssociateRequest } from '../canonical/types';
 import { ProviderError, type ContributionProvider, type ContributionRef } from '../providers/types';
 import type { OwnedRow } from '../store/effects/compensate-owned-rows';
-import { ASSOCIATION_TABLE, associationIdentity, readTarget } from '../store/effects/remote-contribution-rows';
+import {
+  ASSOCIATION_TABLE,
+  associationIdentity,
+  contributionRef,
+  readTarget,
+} from '../store/effects/remote-contribution-rows';
 import { dbReader } from '../store/effects/row-locks';
 import type { CompensationClaim } from '../store/types';
 import { recordPlain, settleRows, successObservation, transferRows, type RowsUndo } from './record';
@@ -84,14 +89,7 @@ export const undoRemoteContribution: CompensationUndo = async (deps, claim: Comp
   };
   const target = await readTarget(dbReader(deps.db), req);
   if (!target.ok) return transferRows(deps, claim, spec, 'provider_unreachable', target.message);
-  const ref: ContributionRef = {
-    provider: req.provider,
-    baseUrl: target.target.baseUrl,
-    token: target.target.token,
-    remoteSlug: target.target.remoteSlug,
-    contributionKind: req.contribution_kind,
-    contributionId: req.contribution_id,
-  };
+  const ref = contributionRef(req, target.target);
   let result: 'gone' | 'mismatch' | ProviderError | Error;
   try {
     result = await deleteMarkerComment(deps.providers[req.provider], ref, marker, handle);

@@ -28,9 +28,10 @@
 import { failpoint } from '../failpoints';
 import type { RemoteContributionAssociateRequest } from '../canonical/types';
 import type { StepState } from '../domain/vocab';
-import { ProviderError, type ContributionInfo, type ContributionRef, type LinkHandle } from '../providers/types';
+import { ProviderError, type ContributionInfo, type LinkHandle } from '../providers/types';
 import {
   claimContributionAssociation,
+  contributionRef,
   failContributionAssociation,
   linkCommentBody,
   observedAssociation,
@@ -39,7 +40,6 @@ import {
   recordContributionAssociation,
   type AssociationDoc,
   type AssociationView,
-  type ProviderTarget,
 } from '../store/effects/remote-contribution';
 import { presentEvidenceOf, requestOf, rowSetEvidenceOf } from '../store/effects/recording';
 import { rowHash } from '../store/effects/row-documents';
@@ -48,17 +48,6 @@ import type { StepClaim, StepRow } from '../store/types';
 import type { EffectDeps, Observation, StepHandler } from './types';
 
 type Req = RemoteContributionAssociateRequest;
-
-function refOf(req: Req, target: ProviderTarget): ContributionRef {
-  return {
-    provider: req.provider,
-    baseUrl: target.baseUrl,
-    token: target.token,
-    remoteSlug: target.remoteSlug,
-    contributionKind: req.contribution_kind,
-    contributionId: req.contribution_id,
-  };
-}
 
 type Attempt<T> = { ok: true; value: T } | { ok: false; error: unknown };
 
@@ -103,7 +92,7 @@ async function perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Prom
   const claimed = await claimContributionAssociation(deps.db, claim);
   if (claimed.outcome === 'recorded') return claimed.recorded.state;
   const req = requestOf(claim, 'remote_contribution_associate');
-  const ref = refOf(req, claimed.target);
+  const ref = contributionRef(req, claimed.target);
   const provider = deps.providers[req.provider];
   const marker = claimed.association.ownership_marker;
 
@@ -184,7 +173,7 @@ function judgeContribution(step: StepRow, view: AssociationView, remote: RemoteS
 async function observe(deps: EffectDeps, step: StepRow): Promise<Observation> {
   const view = await readContributionAssociation(deps.db, step);
   if ((view.row && !view.own) || !view.target.ok) return judgeContribution(step, view, null);
-  const ref = refOf(view.request, view.target.target);
+  const ref = contributionRef(view.request, view.target.target);
   const provider = deps.providers[view.request.provider];
   let remote: RemoteSeen;
   try {

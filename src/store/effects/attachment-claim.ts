@@ -51,7 +51,8 @@ export interface AttachmentFileProblem {
 
 type RowState = 'staged' | 'ours' | 'staged_changed' | 'missing' | 'foreign';
 
-function stagedDoc(req: AttachmentClaimRequest, item: AttachmentClaimItem, storagePath: string): AttachmentDoc {
+/** The exact staged row an attachment is claimed from (and returns to when a claim is undone). */
+export function stagedDoc(req: AttachmentClaimRequest, item: AttachmentClaimItem, storagePath: string): AttachmentDoc {
   return {
     id: item.attachment_id,
     workspace_id: req.workspace_id,

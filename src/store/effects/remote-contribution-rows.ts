@@ -21,6 +21,7 @@ import { canonicalJson } from '../../canonical/canonical-json';
 import { domainHash } from '../../canonical/hash';
 import type { RemoteContributionAssociateRequest } from '../../canonical/types';
 import type { Provider } from '../../domain/vocab';
+import type { ContributionRef } from '../../providers/types';
 import { TIER } from '../../db/lock-plan';
 import type { Tx } from '../../db/tx';
 import type { StepClaim, StepRow } from '../types';
@@ -170,6 +171,18 @@ export interface ProviderTarget {
   baseUrl: string;
   token: string;
   remoteSlug: string;
+}
+
+/** The provider call's address of the requested contribution at this target. */
+export function contributionRef(req: Req, target: ProviderTarget): ContributionRef {
+  return {
+    provider: req.provider,
+    baseUrl: target.baseUrl,
+    token: target.token,
+    remoteSlug: target.remoteSlug,
+    contributionKind: req.contribution_kind,
+    contributionId: req.contribution_id,
+  };
 }
 
 export type TargetResult = { ok: true; target: ProviderTarget } | { ok: false; code: string; message: string };

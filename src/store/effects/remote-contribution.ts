@@ -71,6 +71,7 @@ import { registerEffectVerifier } from './verify';
 
 export {
   associationDoc,
+  contributionRef,
   linkCommentBody,
   observed as observedAssociation,
   ownershipMarker,
