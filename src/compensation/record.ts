@@ -20,6 +20,7 @@ import {
   compensationProofOf,
   completeTaskCreationCompensation,
   settleTaskCreationCompensation,
+  type CompensationSettlement,
   type SettledCompensation,
 } from '../store/compensation';
 import {
@@ -27,6 +28,7 @@ import {
   ownedRowLocks,
   readOwnedRowsLocked,
   undoOwnedRowsLocked,
+  type FoundOwnedRow,
   type OwnedRow,
 } from '../store/effects/compensate-owned-rows';
 import type { ObservedRow } from '../store/effects/recording';
@@ -51,6 +53,22 @@ function beforeRecord(claim: CompensationClaim): Promise<void> {
   return failpoint('during_compensation', { kind: claim.kind, operationId: claim.operationId, stepId: claim.stepId });
 }
 
+/** A transfer of the rows as found, with the complete cleanup proof. */
+function transferredOf(
+  claim: CompensationClaim,
+  spec: RowsUndo,
+  found: FoundOwnedRow[],
+  code: string,
+  reason: string,
+): CompensationSettlement {
+  return {
+    outcome: 'transferred',
+    reason,
+    rows: observedOf(found),
+    transfer: { reason: code, proof: { ...cleanupProofOf(claim, reason, spec.rows, spec.detail) } },
+  };
+}
+
 export async function settleRows(
   deps: EffectDeps,
   claim: CompensationClaim,
@@ -67,12 +85,7 @@ export async function settleRows(
         const reason =
           blockedBy ?? `${foreign.map((f) => `${f.row.table} ${f.row.key}`).join(', ')} changed since the step`;
         const code = blockedBy !== null ? 'effect_beyond_rows' : (spec.transferReason ?? 'effect_changed');
-        return {
-          outcome: 'transferred',
-          reason,
-          rows: observedOf(found),
-          transfer: { reason: code, proof: { ...cleanupProofOf(claim, reason, spec.rows, spec.detail) } },
-        };
+        return transferredOf(claim, spec, found, code, reason);
       }
       const rows = await undoOwnedRowsLocked(tx, found);
       return { outcome: 'compensated', reason: 'operation-owned rows undone', rows };
@@ -92,13 +105,7 @@ export async function transferRows(
   return settleTaskCreationCompensation(deps.db, claim, {
     lock: (tx) => takeLocks(tx, [...ownedRowLocks(spec.rows), ...(spec.extraLocks ?? [])]),
     async settle(tx) {
-      const found = await readOwnedRowsLocked(tx, spec.rows);
-      return {
-        outcome: 'transferred',
-        reason,
-        rows: observedOf(found),
-        transfer: { reason: code, proof: { ...cleanupProofOf(claim, reason, spec.rows, spec.detail) } },
-      };
+      return transferredOf(claim, spec, await readOwnedRowsLocked(tx, spec.rows), code, reason);
     },
   });
 }

@@ -60,15 +60,17 @@ export async function enqueueRunnable(
     [operationId],
   );
   const state = rows[0]?.op_state;
-  const none: EnqueueSummary = { steps: 0, complete: false, kept: [], completeKept: false };
-  if (state === 'completing') {
-    await addWakeup(
+  const wakeComplete = () =>
+    addWakeup(
       queues.get(COMPLETE_QUEUE),
       'complete',
       { operationId } satisfies CompleteJob,
       { jobId: completeJobId(operationId) },
       options.replaceFailed ?? false,
     );
+  const none: EnqueueSummary = { steps: 0, complete: false, kept: [], completeKept: false };
+  if (state === 'completing') {
+    await wakeComplete();
     return { ...none, complete: true };
   }
   if (state !== 'preparing') return none;
@@ -103,13 +105,7 @@ export async function enqueueRunnable(
   const ready = othersDone && launch.every((s) => s.state === 'armed');
   if (ready && options.keepComplete) return { steps: sent, complete: false, kept, completeKept: true };
   if (ready) {
-    await addWakeup(
-      queues.get(COMPLETE_QUEUE),
-      'complete',
-      { operationId } satisfies CompleteJob,
-      { jobId: completeJobId(operationId) },
-      options.replaceFailed ?? false,
-    );
+    await wakeComplete();
   }
   return { steps: sent, complete: ready, kept, completeKept: false };
 }
