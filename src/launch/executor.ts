@@ -24,6 +24,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import type { NoDispatchProof } from '../store/launch-dispatch-recovery';
 import { DISPATCH_KEY_ENV, findDispatchProcesses } from './dispatch-processes';
 import {
   createMarkerExclusive,
@@ -82,15 +83,8 @@ export interface ObservedRuntime {
   exit: ExitRecord | null;
 }
 
-export interface NoDispatchEvidence {
-  idempotency_key: string;
-  generation: number;
-  executor: string;
-  host: string;
-  /** `absent`: no marker for this session; `refused`: the OS refused the spawn. */
-  marker: 'absent' | 'refused';
-  processes: 0;
-}
+/** Authenticated no-dispatch proof, the same document the Store checks and records. */
+export type NoDispatchEvidence = NoDispatchProof;
 
 export type DispatchObservation =
   | { proof: 'runtime'; runtime: ObservedRuntime }

@@ -82,6 +82,10 @@ interface ClaimRow {
 
 const CLAIM_COLUMNS =
   'id, creation_operation_id, task_id, session_id, workspace_id, state, generation, idempotency_key, request_sha256, deletion_operation_id, error_json';
+/** CLAIM_COLUMNS qualified with the alias `c`, for the joins below. */
+const CLAIM_COLUMNS_OF_C = CLAIM_COLUMNS.split(', ')
+  .map((c) => `c.${c}`)
+  .join(', ');
 
 const nowSql = (db: Db) => (db.dialect === 'postgres' ? 'clock_timestamp()' : 'NOW(3)');
 const scope = (workspaceId: string | undefined, column: string) =>
@@ -130,9 +134,7 @@ export async function expireLaunchDispatchLeases(db: Db, operationId: string, ac
 export async function findUnknownDispatches(db: Db, limit = 200, workspaceId?: string): Promise<DispatchTarget[]> {
   const rows = await readRows<ClaimRow>(
     db,
-    `SELECT ${CLAIM_COLUMNS.split(', ')
-      .map((c) => `c.${c}`)
-      .join(', ')} FROM task_launch_dispatch_claims c
+    `SELECT ${CLAIM_COLUMNS_OF_C} FROM task_launch_dispatch_claims c
        JOIN task_creation_operations o ON o.id = c.creation_operation_id
       WHERE c.state = 'unknown' AND c.deletion_operation_id IS NULL AND o.state = 'completed'
         ${scope(workspaceId, 'c.workspace_id')}
@@ -151,9 +153,7 @@ export async function findRetryableDispatches(
 ): Promise<DispatchTarget[]> {
   const rows = await readRows<ClaimRow>(
     db,
-    `SELECT ${CLAIM_COLUMNS.split(', ')
-      .map((c) => `c.${c}`)
-      .join(', ')} FROM task_launch_dispatch_claims c
+    `SELECT ${CLAIM_COLUMNS_OF_C} FROM task_launch_dispatch_claims c
        JOIN task_creation_operations o ON o.id = c.creation_operation_id
       WHERE c.state = 'retry_wait' AND c.deletion_operation_id IS NULL AND o.state = 'completed' AND c.attempt < ?
         ${scope(workspaceId, 'c.workspace_id')}
