@@ -19,8 +19,9 @@
  * - complete_preparing / complete_completing: CompleteTaskCreation as the
  *   operation's recovery actor (phase A then B, or phase B alone, or replay).
  * - abort_preparing: AbortTaskCreation, cause `step_failed_permanently`.
- * - dispatch actions: `recoverLaunchDispatch` (hook, see below).
- * - retry_preparing_release: nothing yet; no path enters `preparing-release`.
+ * - dispatch actions and retry_preparing_release: nothing here (dispatch
+ *   claims have their own pass, src/runtime/dispatch-recovery.ts; nothing
+ *   enters `preparing-release`).
  * - replay_terminal: never claimed (read-only).
  * A finished Complete or Abort is announced to waiting create requests.
  */
@@ -165,23 +166,6 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
   }
 }
 
-/**
- * Launch-dispatch actions reached through an operation's recovery claim
- * (`reconcile_launch_dispatch`, `retry_launch_dispatch`,
- * `transfer_launch_dispatch`). The reaper recovers dispatch claims in its own
- * pass (`recoverLaunchDispatches`, src/runtime/dispatch-recovery.ts: observes
- * the runtime with the launch workers' executor and re-chooses the action
- * under lock), and terminal operations are not recovery candidates, so this
- * path only logs; workspace-deletion transfer is not built.
- */
-export function recoverLaunchDispatch(deps: RecoverDeps, claim: RecoveryClaim): Promise<boolean> {
-  deps.log.warn(
-    { operation_id: claim.operationId, action: claim.action },
-    'launch-dispatch recovery is not available in this build; nothing done',
-  );
-  return Promise.resolve(false);
-}
-
 /** Wakes requests waiting for this creation, and (after Complete) the workspace's outbox dispatcher. */
 async function announceEnd(deps: RecoverDeps, claim: RecoveryClaim, completed: boolean): Promise<void> {
   const queues = deps.queues;
@@ -238,12 +222,11 @@ async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryO
     case 'reconcile_launch_dispatch':
     case 'retry_launch_dispatch':
     case 'transfer_launch_dispatch':
-      return recoverLaunchDispatch(deps, claim);
     case 'retry_preparing_release':
-      deps.log.warn(
-        { operation_id: claim.operationId },
-        'preparing-release recovery is not available in this build; nothing done',
-      );
+      // Dispatch claims are recovered by the reaper's own pass (src/runtime/dispatch-recovery.ts, which observes
+      // with the launch workers' executor and re-chooses under lock); nothing enters preparing-release and
+      // workspace deletion (the transfer) is not built. Nothing to do under an operation claim.
+      deps.log.warn({ operation_id: claim.operationId, action: claim.action }, 'not run under an operation claim');
       return false;
     case 'replay_terminal':
       return false;
