@@ -50,6 +50,9 @@ export function createDataSource(config: DbConfig, options: DataSourceOptions = 
     dateStrings: false,
     // Every connection's session runs READ COMMITTED (set once per connection in src/db/tx.ts):
     // REPEATABLE READ's gap locks on absent rows deadlock inserts (docs/adr/0001-lock-keys.md).
+    // One round trip may carry several statements (src/db/batch.ts, docs/adr/0006-statement-batches.md).
+    // Every statement binds its values through placeholders, so no caller text is ever spliced in.
+    multipleStatements: true,
     extra: { connectionLimit: poolSize },
   });
 }

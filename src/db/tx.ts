@@ -22,6 +22,7 @@ import {
   uniqueViolationConstraint,
 } from './dialect';
 import { LockPlan, type Tier } from './lock-plan';
+import { inlinable, sendBatch, type Statement, type StatementResult } from './batch';
 
 export interface Db {
   readonly ds: DataSource;
@@ -37,19 +38,35 @@ const BACKOFF_CAP_MS = 250;
 
 export type SqlParam = string | number | bigint | boolean | null | Date | Buffer;
 
+/** A statement that takes a row lock or writes: it must not run while a prefetched lock is pending. */
+const LOCKING_SQL = /\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|pg_advisory|^\s*(INSERT|UPDATE|DELETE)\b/i;
+
+function statementKey(sql: string, params: readonly SqlParam[]): string {
+  return `${sql}\u0000${JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`;
+}
+
 export class Tx {
   readonly locks = new LockPlan();
   private rollbackRequested = false;
+  /** START TRANSACTION has been sent; it travels with the transaction's first statement(s). */
+  private begun = false;
+  /** Results of statements sent ahead (`batchAhead`), in the order the caller will ask for them. */
+  private readonly prefetched: Array<{ key: string; result: StatementResult }> = [];
 
   constructor(
     private readonly qr: QueryRunner,
     readonly dialect: Dialect,
   ) {}
 
+  /** Whether the transaction has been opened on the server (a transaction that ran no SQL never is). */
+  get opened(): boolean {
+    return this.begun;
+  }
+
   /** Rows of a SELECT (or RETURNING). SQL uses `?` placeholders. */
   async rows<T = Record<string, unknown>>(sql: string, params: SqlParam[] = []): Promise<T[]> {
-    const res = await this.qr.query(toDialectSql(this.dialect, sql), params, true);
-    return (res.records ?? []) as T[];
+    const [res] = await this.batch([{ sql, params }]);
+    return (res?.rows ?? []) as T[];
   }
 
   async one<T = Record<string, unknown>>(sql: string, params: SqlParam[] = []): Promise<T | undefined> {
@@ -59,8 +76,74 @@ export class Tx {
 
   /** Runs an INSERT/UPDATE/DELETE and returns the affected row count. */
   async exec(sql: string, params: SqlParam[] = []): Promise<number> {
-    const res = await this.qr.query(toDialectSql(this.dialect, sql), params, true);
-    return Number(res.affected ?? 0);
+    const [res] = await this.batch([{ sql, params }]);
+    return res?.affected ?? 0;
+  }
+
+  /**
+   * Runs the statements in order and returns their results, in as few round
+   * trips as the driver allows: one (with the transaction's START TRANSACTION
+   * when it is the first), unless PostgreSQL must bind a parameter it cannot
+   * inline (src/db/batch.ts). Statements sent ahead by `batchAhead` are
+   * answered from there, in order.
+   */
+  async batch(statements: readonly Statement[]): Promise<StatementResult[]> {
+    const results: StatementResult[] = [];
+    let i = 0;
+    for (; i < statements.length && this.prefetched.length > 0; i++) {
+      const s = statements[i] as Statement;
+      const head = this.prefetched[0] as { key: string; result: StatementResult };
+      if (head.key === statementKey(s.sql, s.params)) {
+        this.prefetched.shift();
+        results.push(head.result);
+        continue;
+      }
+      if (LOCKING_SQL.test(s.sql)) {
+        // A lock sent ahead was taken before this one: that would be out of tier order.
+        throw new Error(
+          `internal: "${s.sql.slice(0, 80)}" runs before the lock sent ahead ("${head.key.slice(0, 80)}")`,
+        );
+      }
+      results.push(...(await this.send([s])));
+    }
+    if (i < statements.length) results.push(...(await this.send(statements.slice(i))));
+    return results;
+  }
+
+  /**
+   * Sends `now` and `ahead` in one round trip and returns the results of
+   * `now`. The results of `ahead` answer the caller's next identical
+   * statements (same SQL, same parameters), in order; a locking statement or
+   * a write that is not the next one sent ahead throws, since its lock would
+   * follow locks taken ahead of it. Only for statements that nothing in
+   * between can change: the rows they lock stay locked until commit.
+   */
+  async batchAhead(now: readonly Statement[], ahead: readonly Statement[]): Promise<StatementResult[]> {
+    const results = await this.batch([...now, ...ahead]);
+    ahead.forEach((s, k) => {
+      this.prefetched.push({ key: statementKey(s.sql, s.params), result: results[now.length + k] as StatementResult });
+    });
+    return results.slice(0, now.length);
+  }
+
+  private async send(statements: readonly Statement[]): Promise<StatementResult[]> {
+    const begin = !this.begun;
+    this.begun = true;
+    if (this.dialect === 'postgres' && !statements.every((s) => inlinable(s.params))) {
+      if (begin) await this.qr.query('START TRANSACTION');
+      const out: StatementResult[] = [];
+      for (const s of statements) {
+        const res = await this.qr.query(toDialectSql(this.dialect, s.sql), [...s.params], true);
+        out.push({ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) });
+      }
+      return out;
+    }
+    if (!begin && statements.length === 1) {
+      const s = statements[0] as Statement;
+      const res = await this.qr.query(toDialectSql(this.dialect, s.sql), [...s.params], true);
+      return [{ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) }];
+    }
+    return sendBatch(this.qr, this.dialect, statements, { begin });
   }
 
   /** The database clock (ms precision). */
@@ -149,8 +232,7 @@ async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
   if (dialect !== 'mysql') return;
   const conn = (qr as unknown as { databaseConnection?: object }).databaseConnection;
   if (!conn || utcSessions.has(conn)) return;
-  await qr.query("SET time_zone = '+00:00'");
-  await qr.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
+  await qr.query("SET time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
   utcSessions.add(conn);
 }
 
@@ -166,19 +248,19 @@ export async function runTransaction<T>(
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     const qr = db.ds.createQueryRunner();
+    let tx: Tx | undefined;
     try {
       await qr.connect();
       await ensureSession(qr, db.dialect);
       // READ COMMITTED is every connection's session default (ensureSession, data-source.ts).
-      await qr.startTransaction();
-      const tx = new Tx(qr, db.dialect);
+      // START TRANSACTION goes out with the transaction's first statements (Tx.send).
+      tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
-      if (tx.isRollbackOnly) await qr.rollbackTransaction();
-      else await qr.commitTransaction();
+      if (tx.opened) await qr.query(tx.isRollbackOnly ? 'ROLLBACK' : 'COMMIT');
       return result;
     } catch (err) {
-      if (qr.isTransactionActive) {
-        await qr.rollbackTransaction().catch(() => undefined);
+      if (tx?.opened) {
+        await qr.query('ROLLBACK').catch(() => undefined);
       }
       const unique = uniqueViolationConstraint(err);
       const restart = isRetryableError(err) || (unique !== null && (options.restartOnUnique ?? []).includes(unique));

@@ -25,17 +25,21 @@ export interface ClaimContext {
 }
 
 export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<ClaimContext> {
-  const guarded = await guardOperationLocked(tx, {
-    kind: 'operation',
-    operationId: claim.operationId,
-    actor: claim.owner,
-  });
+  const guarded = await guardOperationLocked(
+    tx,
+    {
+      kind: 'operation',
+      operationId: claim.operationId,
+      actor: claim.owner,
+    },
+    { externalIdKey: false, steps: true },
+  );
   if (guarded.op.state !== 'preparing') {
     throw new ConflictError('stale_claim', `operation is ${guarded.op.state}; this claim can no longer record`, {
       operation_id: claim.operationId,
     });
   }
-  await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false });
+  await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false, steps: true });
   const steps = await lockStepsLocked(tx, claim.operationId);
   const step = findStepById(steps, claim.stepId);
   verifyStepRequest(step, guarded.plan);

@@ -53,7 +53,7 @@ async function claimFrom(
   from: readonly ClaimableFrom[],
 ): Promise<CompensationClaim> {
   return runTransaction(db, name, async (tx) => {
-    const { op, plan } = await guardOperationLocked(tx, auth);
+    const { op, plan } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
     if (op.state !== 'preparing') {
       throw new ConflictError(
         'creation_state_conflict',
@@ -61,7 +61,7 @@ async function claimFrom(
         { operation_id: op.id },
       );
     }
-    await lockTaskChainLocked(tx, op, { externalIdKey: false });
+    await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
     const steps = await lockStepsLocked(tx, op.id);
     const step = findStep(steps, ref);
     const request = verifyStepRequest(step, plan);
@@ -151,12 +151,16 @@ function checkTransferShape(proof: CompensationProof, transfer: CleanupTransfer 
 
 /** Workspace 1 .. steps 7 for a live compensation claim; the claim's step row. */
 async function lockCompensationLocked(tx: Tx, claim: CompensationClaim): Promise<{ op: OperationRow; step: StepRow }> {
-  const { op } = await guardOperationLocked(tx, {
-    kind: 'operation',
-    operationId: claim.operationId,
-    actor: claim.owner,
-  });
-  await lockTaskChainLocked(tx, op, { externalIdKey: false });
+  const { op } = await guardOperationLocked(
+    tx,
+    {
+      kind: 'operation',
+      operationId: claim.operationId,
+      actor: claim.owner,
+    },
+    { externalIdKey: false, steps: true },
+  );
+  await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
   const steps = await lockStepsLocked(tx, op.id);
   return { op, step: findStepById(steps, claim.stepId) };
 }

@@ -43,7 +43,7 @@ async function lockAndVerifyLocked(
   auth: OperationAuthority,
   phase: 'A' | 'B',
 ): Promise<VerifiedCreation | CompleteResult> {
-  const { op, plan } = await guardOperationLocked(tx, auth);
+  const { op, plan } = await guardOperationLocked(tx, auth, { externalIdKey: true, steps: true });
   if (op.state === 'completed') return replay(op);
   const wanted = phase === 'A' ? 'preparing' : 'completing';
   if (op.state !== wanted && !(phase === 'A' && op.state === 'completing')) {
@@ -52,7 +52,7 @@ async function lockAndVerifyLocked(
       state: op.state,
     });
   }
-  const { task, identityState } = await lockTaskChainLocked(tx, op, { externalIdKey: true });
+  const { task, identityState } = await lockTaskChainLocked(tx, op, { externalIdKey: true, steps: true });
   if (!task || identityState !== 'preparing' || task.lifecycle_state === 'deleted') {
     throw new ConflictError('creation_state_conflict', 'task row or retained identity is not in a completable state', {
       operation_id: op.id,

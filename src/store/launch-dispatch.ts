@@ -65,9 +65,13 @@ export function dispatchIdempotencyKey(operationId: string, sessionId: string): 
  * launch is legal for this session; exported for launch-dispatch recovery.
  */
 export async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessionId: string, actor: string) {
-  const { op, plan } = await guardOperationLocked(tx, { kind: 'operation', operationId, actor });
+  const { op, plan } = await guardOperationLocked(
+    tx,
+    { kind: 'operation', operationId, actor },
+    { externalIdKey: false, steps: true },
+  );
   if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
-  const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false });
+  const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
   if (!task || task.lifecycle_state === 'deleted') return { refused: 'task is not live' } as const;
   const revision = await tx.one('SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', [op.task_id]);
   const event = await tx.one(

@@ -32,9 +32,13 @@ export async function findExpiredLeaseOperations(db: Db, limit = 200, workspaceI
 
 export async function expireTaskCreationLeases(db: Db, operationId: string, actor = 'reaper'): Promise<ExpiredLeases> {
   return runTransaction(db, 'ExpireTaskCreationLeases', async (tx) => {
-    const { op } = await guardOperationLocked(tx, { kind: 'operation', operationId, actor });
+    const { op } = await guardOperationLocked(
+      tx,
+      { kind: 'operation', operationId, actor },
+      { externalIdKey: false, steps: true },
+    );
     if (op.state !== 'preparing') return { steps: 0, compensations: 0 };
-    await lockTaskChainLocked(tx, op, { externalIdKey: false });
+    await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
     await lockStepsLocked(tx, op.id);
     const steps = await tx.exec(
       `UPDATE task_creation_steps SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL,

@@ -21,6 +21,8 @@ import { bool, type Tx } from '../db/tx';
 import { lockAuthorityLocked } from './actor';
 import { deepFreeze, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
+import { stepsLockStatement } from './step-rows';
+import type { Statement } from '../db/batch';
 import type { OperationAuthority } from './types';
 
 export interface OperationRow {
@@ -111,6 +113,7 @@ function deriveStoredBindings(op: OperationRow): { plan: CreationPlan; actor: Ac
 
 interface OperationPeek {
   workspace_id: string;
+  task_id: string;
   actor_json: string;
   /** The parsed, closed-schema-valid actor document, or null when the stored bytes are not one. */
   actor: ActorBindingDocument | null;
@@ -129,8 +132,8 @@ const peekMemo = new Map<string, OperationPeek>();
 async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek | undefined> {
   const known = peekMemo.get(operationId);
   if (known !== undefined) return known;
-  const row = await tx.one<{ workspace_id: string; actor_json: string }>(
-    'SELECT workspace_id, actor_json FROM task_creation_operations WHERE id = ?',
+  const row = await tx.one<{ workspace_id: string; task_id: string; actor_json: string }>(
+    'SELECT workspace_id, task_id, actor_json FROM task_creation_operations WHERE id = ?',
     [operationId],
   );
   if (!row) return undefined;
@@ -140,17 +143,53 @@ async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek
   } catch {
     actor = null;
   }
-  const peek: OperationPeek = { workspace_id: row.workspace_id, actor_json: row.actor_json, actor };
+  const peek: OperationPeek = {
+    workspace_id: row.workspace_id,
+    task_id: row.task_id,
+    actor_json: row.actor_json,
+    actor,
+  };
   peekMemo.set(operationId, peek);
   if (peekMemo.size > PEEK_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
   return peek;
 }
 
 /**
+ * What the caller locks right after the guard, so the guard can send it in
+ * the same round trip (`Tx.batchAhead`): the task chain (`lockTaskChainLocked`
+ * with the same `externalIdKey`) and, with `steps`, the operation's steps
+ * (`lockStepsLocked`). With `externalIdKey` only the external-ID read goes
+ * ahead: its key lock (5.1) must come before the task row.
+ */
+export interface ChainAhead {
+  externalIdKey: boolean;
+  steps: boolean;
+}
+
+const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
+const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision FROM tasks WHERE id = ? FOR UPDATE`;
+const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
+
+function chainStatements(operationId: string, taskId: string, ahead: ChainAhead): Statement[] {
+  if (ahead.externalIdKey) return [{ sql: EXTERNAL_ID_PEEK, params: [taskId] }];
+  return [
+    { sql: TASK_LOCK, params: [taskId] },
+    { sql: IDENTITY_LOCK, params: [taskId] },
+    ...(ahead.steps ? [stepsLockStatement(operationId)] : []),
+  ];
+}
+
+/**
  * Locks workspace (1), authority (1.5) and operation (4.2) and validates the
  * authority. Returns the locked operation with its verified plan and actor.
+ * With `ahead`, the statements the caller runs next travel in the same round
+ * trip (see `ChainAhead`); the caller must run them next, in that order.
  */
-export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Promise<GuardedOperation> {
+export async function guardOperationLocked(
+  tx: Tx,
+  auth: OperationAuthority,
+  ahead?: ChainAhead,
+): Promise<GuardedOperation> {
   const operationId = operationIdOf(auth);
   const peek = await peekOperation(tx, operationId);
   if (!peek) {
@@ -167,10 +206,21 @@ export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Pr
     throw new ConflictError('handle_mismatch', 'handle names another workspace', { operation_id: operationId });
   }
 
+  const wsLock: Statement = {
+    sql: `SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`,
+    params: [peek.workspace_id],
+  };
+  const opLock: Statement = {
+    sql: `SELECT ${OP_COLUMNS} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
+    params: [operationId],
+  };
+  const next = ahead ? chainStatements(operationId, peek.task_id, ahead) : [];
+  // Without an authority lock between them, workspace and operation go in one round trip with what follows.
+  const together = auth.kind !== 'handle';
   tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
-  const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
-    peek.workspace_id,
-  ]);
+  if (together) tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
+  const first = await tx.batchAhead(together ? [wsLock, opLock] : [wsLock], together ? next : []);
+  const ws = first[0]?.rows[0];
   if (!ws) {
     throw new ConflictError('creation_state_conflict', 'the workspace of this operation no longer exists', {
       operation_id: operationId,
@@ -183,10 +233,14 @@ export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Pr
     await lockAuthorityLocked(tx, peek.actor, 'handle_mismatch');
   }
 
-  tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
-  const raw = await tx.one<OperationRow>(`SELECT ${OP_COLUMNS} FROM task_creation_operations WHERE id = ? FOR UPDATE`, [
-    operationId,
-  ]);
+  let raw: OperationRow | undefined;
+  if (together) {
+    raw = first[1]?.rows[0] as OperationRow | undefined;
+  } else {
+    tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
+    const [opResult] = await tx.batchAhead([opLock], next);
+    raw = opResult?.rows[0] as OperationRow | undefined;
+  }
   if (!raw) {
     peekMemo.delete(operationId);
     if (auth.kind === 'handle') {
@@ -197,7 +251,7 @@ export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Pr
     throw new TaskLedgerError('not_found', `creation operation ${operationId} does not exist`, {});
   }
   const op = normalizeOp(raw);
-  if (op.workspace_id !== peek.workspace_id || op.actor_json !== peek.actor_json) {
+  if (op.workspace_id !== peek.workspace_id || op.task_id !== peek.task_id || op.actor_json !== peek.actor_json) {
     // Both columns are immutable; a difference means the row was rewritten. Nothing is reused.
     peekMemo.delete(operationId);
     throw new ConflictError('handle_mismatch', 'the operation row changed while it was being locked', {
@@ -223,30 +277,33 @@ export async function guardOperationLocked(tx: Tx, auth: OperationAuthority): Pr
 }
 
 /** Locks the task row (5.2) and retained identity (6) of an operation, after
- *  the external-ID key (5.1) when the live task holds an external ID. */
+ *  the external-ID key (5.1) when the live task holds an external ID. With
+ *  `steps`, the steps' lock (7) goes in the same round trip, for the caller's
+ *  next `lockStepsLocked`. */
 export async function lockTaskChainLocked(
   tx: Tx,
   op: OperationRow,
-  options: { externalIdKey: boolean },
+  options: { externalIdKey: boolean; steps?: boolean },
 ): Promise<{ task: TaskLockRow | undefined; identityState: string | undefined }> {
   if (options.externalIdKey) {
-    const peek = await tx.one<{ external_id: string | null }>('SELECT external_id FROM tasks WHERE id = ?', [
-      op.task_id,
-    ]);
+    const peek = await tx.one<{ external_id: string | null }>(EXTERNAL_ID_PEEK, [op.task_id]);
     if (peek?.external_id != null) {
       await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(op.workspace_id, peek.external_id));
     }
   }
   tx.lockRow(TIER.TASK, 'tasks', op.task_id);
-  const task = await tx.one<TaskLockRow>(
-    'SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision FROM tasks WHERE id = ? FOR UPDATE',
-    [op.task_id],
-  );
   tx.lockRow(TIER.IDENTITY, 'task_identities', op.task_id);
-  const ident = await tx.one<{ state: string }>('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [
-    op.task_id,
-  ]);
-  return { task, identityState: ident?.state };
+  const [task, ident] = await tx.batchAhead(
+    [
+      { sql: TASK_LOCK, params: [op.task_id] },
+      { sql: IDENTITY_LOCK, params: [op.task_id] },
+    ],
+    options.steps ? [stepsLockStatement(op.id)] : [],
+  );
+  return {
+    task: task?.rows[0] as TaskLockRow | undefined,
+    identityState: (ident?.rows[0] as { state: string } | undefined)?.state,
+  };
 }
 
 export interface TaskLockRow {

@@ -36,7 +36,7 @@ export async function claimTaskCreationStep(
   leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<StepClaim> {
   return runTransaction(db, 'ClaimTaskCreationStep', async (tx) => {
-    const { op, plan } = await guardOperationLocked(tx, auth);
+    const { op, plan } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
     if (op.state !== 'preparing') {
       throw new ConflictError(
         'creation_state_conflict',
@@ -47,7 +47,7 @@ export async function claimTaskCreationStep(
         },
       );
     }
-    const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false });
+    const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
     if (!task)
       throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', {
         operation_id: op.id,

@@ -158,13 +158,13 @@ export async function resolveTaskCreationStep(
   proof: ResolveProof,
 ): Promise<StepState> {
   return runTransaction(db, 'ResolveTaskCreationStep', async (tx) => {
-    const guarded = await guardOperationLocked(tx, auth);
+    const guarded = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
     if (guarded.op.state !== 'preparing') {
       throw new ConflictError('creation_state_conflict', `operation is ${guarded.op.state}`, {
         operation_id: guarded.op.id,
       });
     }
-    await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false });
+    await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false, steps: true });
     const steps = await lockStepsLocked(tx, guarded.op.id);
     const step = findStep(steps, ref);
     verifyStepRequest(step, guarded.plan);

@@ -9,6 +9,7 @@ import { validateStepRequest } from '../canonical/validate';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
+import type { Statement } from '../db/batch';
 import type { Tx } from '../db/tx';
 import { VerifiedMemo } from './binding-cache';
 import type { StepRow } from './types';
@@ -30,14 +31,20 @@ function normalize(row: StepRow): StepRow {
   };
 }
 
+/** The statement that locks every step of an operation (sent ahead by the operation guard). */
+export function stepsLockStatement(operationId: string): Statement {
+  return {
+    sql: `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY id FOR UPDATE`,
+    params: [operationId],
+  };
+}
+
 /** Locks every step of the operation, in ascending id order (tier 7). */
 export async function lockStepsLocked(tx: Tx, operationId: string): Promise<StepRow[]> {
   // One statement: the server takes the row locks in id order; the lock plan records the same
   // acquisitions right after (an out-of-order call still throws and rolls back with zero writes).
-  const rows = await tx.rows<StepRow>(
-    `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY id FOR UPDATE`,
-    [operationId],
-  );
+  const { sql, params } = stepsLockStatement(operationId);
+  const rows = await tx.rows<StepRow>(sql, [...params]);
   const sorted = rows.map(normalize).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   for (const s of sorted) tx.lockRow(TIER.STEP, 'task_creation_steps', s.id);
   return sorted;

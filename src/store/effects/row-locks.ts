@@ -4,8 +4,8 @@
  * Contract: a `LockNeed` names one row (tier, table, canonical key) and the
  * `WHERE` clause that selects it. `takeLocks(tx, needs)` sorts the needs the
  * way the LockPlan orders them (tier, then `table:key`), drops duplicates,
- * records each in the plan and runs its locking SELECT (`FOR UPDATE` or
- * shared); a need the plan already holds runs no SQL. Locking a row that does
+ * records each in the plan and runs the locking SELECTs (`FOR UPDATE` or
+ * shared) in one round trip, in that order; a need the plan already holds runs no SQL. Locking a row that does
  * not exist takes no lock: the caller's INSERT then meets the primary key, and
  * its transaction restarts on that named unique violation (see
  * `EFFECT_ROW_UNIQUES`). Never begins a transaction.
@@ -15,6 +15,7 @@
  * transaction, Complete's verification and a worker's read-only observation.
  */
 import type { Tier } from '../../db/lock-plan';
+import type { Statement } from '../../db/batch';
 import { readRows, type Db, type SqlParam, type Tx } from '../../db/tx';
 
 export interface LockNeed {
@@ -59,14 +60,17 @@ export function orderLocks(needs: readonly LockNeed[]): LockNeed[] {
   });
 }
 
+/** The locking SELECTs run in one round trip, in the order above (the server takes them in list order). */
 export async function takeLocks(tx: Tx, needs: readonly LockNeed[]): Promise<void> {
+  const statements: Statement[] = [];
   for (const n of orderLocks(needs)) {
     if (tx.lockRow(n.tier, n.table, n.key) === 'held') continue;
-    await tx.rows(
-      `SELECT 1 AS locked FROM ${n.table} WHERE ${n.where} ${n.mode === 'update' ? 'FOR UPDATE' : tx.forShare}`,
-      n.params,
-    );
+    statements.push({
+      sql: `SELECT 1 AS locked FROM ${n.table} WHERE ${n.where} ${n.mode === 'update' ? 'FOR UPDATE' : tx.forShare}`,
+      params: n.params,
+    });
   }
+  if (statements.length > 0) await tx.batch(statements);
 }
 
 /**
