@@ -52,6 +52,16 @@ export class Tx {
   private begun = false;
   /** Results of statements sent ahead (`batchAhead`), in the order the caller will ask for them. */
   private readonly prefetched: Array<{ key: string; result: StatementResult }> = [];
+  /** Statements issued since the last flush, sent together on the event loop's next turn. */
+  private readonly pending: Array<{
+    stmt: Statement;
+    resolve: (r: StatementResult) => void;
+    reject: (e: unknown) => void;
+  }> = [];
+  private flushScheduled = false;
+  /** The round trip on the wire; the next flush follows it. */
+  private inflight: Promise<void> = Promise.resolve();
+  private closed = false;
 
   constructor(
     private readonly qr: QueryRunner,
@@ -81,13 +91,59 @@ export class Tx {
   }
 
   /**
-   * Runs the statements in order and returns their results, in as few round
-   * trips as the driver allows: one (with the transaction's START TRANSACTION
-   * when it is the first), unless PostgreSQL must bind a parameter it cannot
-   * inline (src/db/batch.ts). Statements sent ahead by `batchAhead` are
-   * answered from there, in order.
+   * Runs the statements in order and returns their results. Statements that
+   * callers issue together (the reads of `Promise.all`, or one `batch` call)
+   * are queued until the event loop's next turn and then travel in one round
+   * trip (`runNow`), in the order they were issued; a caller awaiting one
+   * statement at a time gets one round trip per statement, as before.
    */
-  async batch(statements: readonly Statement[]): Promise<StatementResult[]> {
+  batch(statements: readonly Statement[]): Promise<StatementResult[]> {
+    if (this.closed) return Promise.reject(new Error('internal: statement on a finished transaction'));
+    const results = statements.map(
+      (stmt) => new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject })),
+    );
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+    }
+    return Promise.all(results);
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    const items = this.pending.splice(0);
+    if (items.length === 0) return;
+    this.inflight = this.inflight.then(async () => {
+      try {
+        if (this.closed) throw new Error('internal: statement on a finished transaction');
+        const results = await this.runNow(items.map((i) => i.stmt));
+        items.forEach((item, k) => item.resolve(results[k] as StatementResult));
+      } catch (err) {
+        for (const item of items) item.reject(err);
+      }
+    });
+  }
+
+  /**
+   * Refuses statements from now on and waits for the ones on the wire: the
+   * runner calls it before COMMIT or ROLLBACK, so a statement still in flight
+   * from an abandoned branch can never reach the connection after it is
+   * returned to the pool.
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const item of this.pending.splice(0)) item.reject(new Error('internal: statement on a finished transaction'));
+    await this.inflight;
+  }
+
+  /**
+   * Runs the statements in order, in as few round trips as the driver
+   * allows: one (with the transaction's START TRANSACTION when it is the
+   * first), unless PostgreSQL must bind a parameter it cannot inline
+   * (src/db/batch.ts). Statements sent ahead by `batchAhead` are answered
+   * from there, in order.
+   */
+  private async runNow(statements: readonly Statement[]): Promise<StatementResult[]> {
     const results: StatementResult[] = [];
     let i = 0;
     for (; i < statements.length && this.prefetched.length > 0; i++) {
@@ -256,9 +312,11 @@ export async function runTransaction<T>(
       // START TRANSACTION goes out with the transaction's first statements (Tx.send).
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
+      await tx.close();
       if (tx.opened) await qr.query(tx.isRollbackOnly ? 'ROLLBACK' : 'COMMIT');
       return result;
     } catch (err) {
+      await tx?.close();
       if (tx?.opened) {
         await qr.query('ROLLBACK').catch(() => undefined);
       }

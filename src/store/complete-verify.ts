@@ -98,22 +98,30 @@ export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], pl
  */
 export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promise<void> {
   const actual: { table: string; key: string; row_sha256: string }[] = [];
-  const task = await tx.one<Record<string, unknown>>(
-    'SELECT id, workspace_id, workflow_id, workflow_step_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?',
-    [plan.task_id],
-  );
+  const envIds = plan.database_rows.filter((r) => r.table === 'task_environments').map((r) => r.key);
+  for (const id of [...envIds].sort()) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id);
+  // One round trip (Tx.batch); the environments' shared locks are the only locks, and come last as before.
+  const [task, ident, repos, envs] = await Promise.all([
+    tx.one<Record<string, unknown>>(
+      'SELECT id, workspace_id, workflow_id, workflow_step_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?',
+      [plan.task_id],
+    ),
+    tx.one<Record<string, unknown>>('SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?', [
+      plan.task_id,
+    ]),
+    tx.rows<Record<string, unknown>>(
+      'SELECT task_id, repository_id, workspace_id, position, base_branch, fresh_branch FROM task_repositories WHERE task_id = ?',
+      [plan.task_id],
+    ),
+    tx.rows<Record<string, unknown>>(
+      `SELECT id, workspace_id, task_id, kind FROM task_environments WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id ${tx.forShare}`,
+      [plan.task_id],
+    ),
+  ]);
   if (!task) fail('the task row is gone');
   actual.push({ table: 'tasks', key: plan.task_id, row_sha256: rowHash({ ...task }) });
-  const ident = await tx.one<Record<string, unknown>>(
-    'SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?',
-    [plan.task_id],
-  );
   if (!ident) fail('the retained identity is gone');
   actual.push({ table: 'task_identities', key: plan.task_id, row_sha256: rowHash({ ...ident }) });
-  const repos = await tx.rows<Record<string, unknown>>(
-    'SELECT task_id, repository_id, workspace_id, position, base_branch, fresh_branch FROM task_repositories WHERE task_id = ?',
-    [plan.task_id],
-  );
   for (const r of repos) {
     const doc = { ...r, position: Number(r.position), fresh_branch: bool(r.fresh_branch) };
     actual.push({
@@ -122,12 +130,6 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
       row_sha256: rowHash(doc),
     });
   }
-  const envIds = plan.database_rows.filter((r) => r.table === 'task_environments').map((r) => r.key);
-  for (const id of [...envIds].sort()) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id);
-  const envs = await tx.rows<Record<string, unknown>>(
-    `SELECT id, workspace_id, task_id, kind FROM task_environments WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id ${tx.forShare}`,
-    [plan.task_id],
-  );
   for (const e of envs) actual.push({ table: 'task_environments', key: String(e.id), row_sha256: rowHash({ ...e }) });
   const sortKey = (r: { table: string; key: string }) => `${r.table}\u0000${r.key}`;
   actual.sort((a, b) => (sortKey(a) < sortKey(b) ? -1 : sortKey(a) > sortKey(b) ? 1 : 0));

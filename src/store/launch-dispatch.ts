@@ -73,11 +73,12 @@ export async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessio
   if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
   const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
   if (!task || task.lifecycle_state === 'deleted') return { refused: 'task is not live' } as const;
-  const revision = await tx.one('SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', [op.task_id]);
-  const event = await tx.one(
-    "SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'",
-    [op.task_id],
-  );
+  const [revision, event] = await Promise.all([
+    tx.one('SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', [op.task_id]),
+    tx.one("SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'", [
+      op.task_id,
+    ]),
+  ]);
   if (!revision || !event) return { refused: 'revision one or its task.created is not committed' } as const;
   const steps = await lockStepsLocked(tx, op.id);
   const intent = steps.find((s) => s.kind === 'launch_intent' && s.step_key === sessionId);

@@ -41,8 +41,12 @@ describe('authentication and the operator policy', () => {
 
   it('a member token on an operator-only route is 403 before anything is read or validated', async () => {
     const ws = await seedWorkspace(t.db);
-    const before = await count(t.db, 'workspaces');
-    const created = await call(api.app, 'POST', '/api/v1/workspaces', { token: ws.token, body: { name: 'mine' } });
+    // Other files share this database and create workspaces concurrently: count only what this request could write.
+    const name = `mine-${randomUUID()}`;
+    const named = async () => (await sql(t.db, 'SELECT id FROM workspaces WHERE name = ?', [name])).length;
+    const groups = () => count(t.db, 'workspace_groups', 'workspace_id = ?', [ws.workspaceId]);
+    const groupsBefore = await groups();
+    const created = await call(api.app, 'POST', '/api/v1/workspaces', { token: ws.token, body: { name } });
     expect(created.status).toBe(403);
     expect(created.body.error).toBe('forbidden');
     // An invalid body or another workspace changes nothing: the token alone decides.
@@ -56,7 +60,8 @@ describe('authentication and the operator policy', () => {
       body: { name: 'g' },
     });
     expect(own.status).toBe(403);
-    expect(await count(t.db, 'workspaces')).toBe(before);
+    expect(await named()).toBe(0);
+    expect(await groups()).toBe(groupsBefore);
   });
 
   it('issues a token once, stores only its SHA-256, and the token then works within its workspace only', async () => {

@@ -101,14 +101,17 @@ async function readFreshRows(
   owner: EffectOwner,
   worktreePath: string,
 ): Promise<FreshBranchRows> {
-  const envRepoDoc = await readEnvironmentRepo(read, req.task_environment_repo_id);
-  // The (environment, repository) pair is unique: another row for it is in the way too.
-  const twin = await read<{ id: string }>(
-    'SELECT id FROM task_environment_repos WHERE environment_id = ? AND repository_id = ? AND id <> ?',
-    [req.task_environment_id, req.repository_id, req.task_environment_repo_id],
-  );
-  const marker = await readMarker(read, req.resource_key);
-  const env = await readEnvironment(read, req.task_environment_id);
+  // Independent reads, issued together: in a transaction they travel in one round trip (Tx.batch).
+  const [envRepoDoc, twin, marker, env] = await Promise.all([
+    readEnvironmentRepo(read, req.task_environment_repo_id),
+    // The (environment, repository) pair is unique: another row for it is in the way too.
+    read<{ id: string }>(
+      'SELECT id FROM task_environment_repos WHERE environment_id = ? AND repository_id = ? AND id <> ?',
+      [req.task_environment_id, req.repository_id, req.task_environment_repo_id],
+    ),
+    readMarker(read, req.resource_key),
+    readEnvironment(read, req.task_environment_id),
+  ]);
   return {
     envRepo: twin.length > 0 ? 'foreign' : presence(envRepoDoc, expectedEnvironmentRepo(req, owner, worktreePath)),
     envRepoDoc,

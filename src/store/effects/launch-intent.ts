@@ -63,14 +63,18 @@ interface World {
 }
 
 async function readWorld(read: Reader, owner: EffectOwner, req: LaunchIntentRequest): Promise<World> {
-  const claims = await read(
-    'SELECT id FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
-    [owner.operation_id, req.task_id, req.session_id],
-  );
-  const session = await readSession(read, req.session_id);
+  // Independent reads, issued together: in a transaction they travel in one round trip (Tx.batch).
+  const [claims, session, runtime] = await Promise.all([
+    read(
+      'SELECT id FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
+      [owner.operation_id, req.task_id, req.session_id],
+    ),
+    readSession(read, req.session_id),
+    runtimeExists(read, req.session_id),
+  ]);
   return {
     dispatch: claims.length > 0,
-    runtime: await runtimeExists(read, req.session_id),
+    runtime,
     sessionStarted: session !== null && session.state !== 'prepared',
   };
 }

@@ -92,11 +92,13 @@ interface World {
 }
 
 async function readWorld(read: Reader, req: Req, exp: Expected): Promise<World> {
-  const session = await readSession(read, req.session_id);
-  const runtime = await runtimeExists(read, req.session_id);
-  const env = await readEnvironment(read, req.task_environment_id);
-  const markers: (MarkerDoc | null)[] = [];
-  for (const m of exp.markers) markers.push(await readMarker(read, m.resource_key));
+  // Independent reads, issued together: in a transaction they travel in one round trip (Tx.batch).
+  const [session, runtime, env, markers] = await Promise.all([
+    readSession(read, req.session_id),
+    runtimeExists(read, req.session_id),
+    readEnvironment(read, req.task_environment_id),
+    Promise.all(exp.markers.map((m) => readMarker(read, m.resource_key))),
+  ]);
   const environmentOk =
     env !== null && env.workspace_id === req.workspace_id && env.task_id === req.task_id && env.kind === 'task';
   return { session, markers, runtime, environmentOk };

@@ -94,5 +94,6 @@ export async function verifyAllEffectRowsLocked(
     if (w.verifier.locks) needs.push(...w.verifier.locks(w.step, w.evidence));
   }
   await takeLocks(tx, needs);
-  for (const w of work) await w.verifier.verify(tx, w.step, w.evidence);
+  // Verifiers only read rows already locked above; issued together, their reads share round trips (Tx.batch).
+  await Promise.all(work.map((w) => w.verifier.verify(tx, w.step, w.evidence)));
 }

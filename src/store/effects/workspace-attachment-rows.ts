@@ -66,30 +66,26 @@ export interface World {
 }
 
 export async function readWorld(read: Reader, req: Req, exp: Expected): Promise<World> {
-  let groupOk = true;
-  if (req.group_id !== null) {
-    const g = await read<{ workspace_id: string }>('SELECT workspace_id FROM workspace_groups WHERE id = ?', [
-      req.group_id,
-    ]);
-    groupOk = g[0]?.workspace_id === req.workspace_id;
-  }
-  const env = req.environment_id === null ? null : await readEnvironment(read, req.environment_id);
-  const envRepos = req.environment_id === null ? [] : await readEnvironmentRepos(read, req.environment_id);
-  const binding = await readEnvironmentBinding(read, req.task_id);
-  // One connection, one statement at a time (a transaction's reads never interleave).
-  const members: (GroupMemberDoc | null)[] = [];
-  for (const m of exp.members) members.push(await readGroupMember(read, m.group_id, m.task_id));
-  const blockers: (BlockerDoc | null)[] = [];
-  for (const b of exp.blockers) blockers.push(await readBlocker(read, b.task_id, b.blocker_task_id));
-  let missingBlockers: string[] = [];
-  if (req.blocker_ids.length > 0) {
-    const live = await read<{ id: string }>(
-      `SELECT id FROM tasks WHERE workspace_id = ? AND lifecycle_state <> 'deleted' AND id IN (${req.blocker_ids.map(() => '?').join(', ')})`,
-      [req.workspace_id, ...req.blocker_ids],
-    );
-    const found = new Set(live.map((r) => String(r.id)));
-    missingBlockers = req.blocker_ids.filter((b) => !found.has(b));
-  }
+  // Independent reads, issued together: in a transaction they travel in one round trip (Tx.batch).
+  const [g, env, envRepos, binding, members, blockers, live] = await Promise.all([
+    req.group_id === null
+      ? null
+      : read<{ workspace_id: string }>('SELECT workspace_id FROM workspace_groups WHERE id = ?', [req.group_id]),
+    req.environment_id === null ? null : readEnvironment(read, req.environment_id),
+    req.environment_id === null ? [] : readEnvironmentRepos(read, req.environment_id),
+    readEnvironmentBinding(read, req.task_id),
+    Promise.all(exp.members.map((m) => readGroupMember(read, m.group_id, m.task_id))),
+    Promise.all(exp.blockers.map((b) => readBlocker(read, b.task_id, b.blocker_task_id))),
+    req.blocker_ids.length === 0
+      ? []
+      : read<{ id: string }>(
+          `SELECT id FROM tasks WHERE workspace_id = ? AND lifecycle_state <> 'deleted' AND id IN (${req.blocker_ids.map(() => '?').join(', ')})`,
+          [req.workspace_id, ...req.blocker_ids],
+        ),
+  ]);
+  const groupOk = g === null || g[0]?.workspace_id === req.workspace_id;
+  const found = new Set(live.map((r) => String(r.id)));
+  const missingBlockers = req.blocker_ids.filter((b) => !found.has(b));
   return {
     groupOk,
     env,
