@@ -24,14 +24,14 @@ export interface CreateDeps {
   metrics: Metrics | null;
 }
 
-/** Why this schedule: Complete announces every creation it finishes
- *  (`creation-events.ts`), so the poll is only the fallback for endings that
- *  are not announced (abort, recovery) or a lost announcement. It starts at
- *  50 ms and backs off to 500 ms: under load a creation takes seconds, and
- *  hundreds of waiting requests must not turn into database load of their
- *  own; an unannounced ending is then seen within half a second. */
-const FIRST_POLL_MS = 50;
-const MAX_POLL_MS = 500;
+/** Why this schedule: Complete and the recovery actor announce every
+ *  creation they end (`creation-events.ts`), so the poll is only the fallback
+ *  for a lost announcement. It starts at 250 ms and backs off to 1 s: under
+ *  load a creation takes hundreds of milliseconds, and hundreds of waiting
+ *  requests must not turn into database load of their own (each poll is a
+ *  read); a lost announcement is then seen within a second. */
+const FIRST_POLL_MS = 250;
+const MAX_POLL_MS = 1000;
 
 function nextPoll(ms: number): number {
   return Math.min(MAX_POLL_MS, ms * 2);

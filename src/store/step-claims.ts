@@ -80,18 +80,18 @@ export async function claimTaskCreationStep(
         },
       );
     }
-    const changed = await tx.exec(
-      `UPDATE task_creation_steps
-          SET state = 'running', generation = generation + 1, attempt = attempt + 1,
-              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
-        WHERE id = ? AND generation = ? AND state = ?`,
-      [owner, leaseMs, step.id, step.generation, step.state],
-    );
+    // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
+    const [changed, lease] = await Promise.all([
+      tx.exec(
+        `UPDATE task_creation_steps
+            SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+                lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
+          WHERE id = ? AND generation = ? AND state = ?`,
+        [owner, leaseMs, step.id, step.generation, step.state],
+      ),
+      tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
+    ]);
     if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
-    const lease = await tx.one<{ lease_expires_at: Date }>(
-      'SELECT lease_expires_at FROM task_creation_steps WHERE id = ?',
-      [step.id],
-    );
     return {
       operationId: op.id,
       stepId: step.id,
@@ -119,17 +119,18 @@ export async function renewTaskCreationStepLease(
 ): Promise<Date> {
   return runTransaction(db, 'RenewTaskCreationStepLease', async (tx) => {
     tx.lockRow(TIER.STEP, 'task_creation_steps', claim.stepId);
-    const changed = await tx.exec(
-      `UPDATE task_creation_steps SET lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
-        WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
-      [leaseMs, claim.stepId, claim.generation, claim.owner],
-    );
+    const [changed, row] = await Promise.all([
+      tx.exec(
+        `UPDATE task_creation_steps SET lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
+          WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
+        [leaseMs, claim.stepId, claim.generation, claim.owner],
+      ),
+      tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [
+        claim.stepId,
+      ]),
+    ]);
     if (changed !== 1)
       throw new ConflictError('stale_claim', 'lease is no longer held by this claim', { step_id: claim.stepId });
-    const row = await tx.one<{ lease_expires_at: Date }>(
-      'SELECT lease_expires_at FROM task_creation_steps WHERE id = ?',
-      [claim.stepId],
-    );
     return new Date(row!.lease_expires_at);
   });
 }
