@@ -41,6 +41,14 @@ export type SqlParam = string | number | bigint | boolean | null | Date | Buffer
 /** A statement that takes a row lock or writes: it must not run while a prefetched lock is pending. */
 const LOCKING_SQL = /\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|pg_advisory|^\s*(INSERT|UPDATE|DELETE)\b/i;
 
+/**
+ * Why 8 microtask turns: statements issued together (`Promise.all`) are
+ * queued within a few turns of each other (each resolved `await` on the way
+ * to a read costs one); waiting for the next macrotask instead would hold
+ * every round trip behind whatever else the event loop has ready.
+ */
+const FLUSH_TURNS = 8;
+
 function statementKey(sql: string, params: readonly SqlParam[]): string {
   return `${sql}\u0000${JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`;
 }
@@ -93,7 +101,7 @@ export class Tx {
   /**
    * Runs the statements in order and returns their results. Statements that
    * callers issue together (the reads of `Promise.all`, or one `batch` call)
-   * are queued until the event loop's next turn and then travel in one round
+   * are queued for a few microtask turns (FLUSH_TURNS) and then travel in one round
    * trip (`runNow`), in the order they were issued; a caller awaiting one
    * statement at a time gets one round trip per statement, as before.
    */
@@ -104,9 +112,14 @@ export class Tx {
     );
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      setImmediate(() => this.flush());
+      this.flushAfter(FLUSH_TURNS);
     }
     return Promise.all(results);
+  }
+
+  /** Flushes after `turns` more microtask turns, so statements that callers issue after a resolved `await` still join. */
+  private flushAfter(turns: number): void {
+    queueMicrotask(() => (turns > 0 ? this.flushAfter(turns - 1) : this.flush()));
   }
 
   private flush(): void {
@@ -145,22 +158,30 @@ export class Tx {
    */
   private async runNow(statements: readonly Statement[]): Promise<StatementResult[]> {
     const results: StatementResult[] = [];
+    const keyOf = (k: number) => statementKey((statements[k] as Statement).sql, (statements[k] as Statement).params);
     let i = 0;
-    for (; i < statements.length && this.prefetched.length > 0; i++) {
-      const s = statements[i] as Statement;
+    while (i < statements.length && this.prefetched.length > 0) {
       const head = this.prefetched[0] as { key: string; result: StatementResult };
-      if (head.key === statementKey(s.sql, s.params)) {
+      if (head.key === keyOf(i)) {
         this.prefetched.shift();
         results.push(head.result);
+        i++;
         continue;
       }
-      if (LOCKING_SQL.test(s.sql)) {
-        // A lock sent ahead was taken before this one: that would be out of tier order.
-        throw new Error(
-          `internal: "${s.sql.slice(0, 80)}" runs before the lock sent ahead ("${head.key.slice(0, 80)}")`,
-        );
+      // Plain reads may run before the statements sent ahead; they go together, up to the next one sent ahead.
+      let j = i;
+      while (j < statements.length && keyOf(j) !== head.key) {
+        const sql = (statements[j] as Statement).sql;
+        if (LOCKING_SQL.test(sql)) {
+          // A lock sent ahead was taken before this one: that would be out of tier order.
+          throw new Error(
+            `internal: "${sql.slice(0, 80)}" runs before the lock sent ahead ("${head.key.slice(0, 80)}")`,
+          );
+        }
+        j++;
       }
-      results.push(...(await this.send([s])));
+      results.push(...(await this.send(statements.slice(i, j))));
+      i = j;
     }
     if (i < statements.length) results.push(...(await this.send(statements.slice(i))));
     return results;

@@ -1,0 +1,142 @@
+/**
+ * Several statements per round trip (src/db/batch.ts, docs/adr/0006): the
+ * statements a transaction issues together run in issue order, values reach
+ * the database byte for byte (PostgreSQL inlines them as literals), one
+ * failing statement fails the whole transaction, a lock cannot jump ahead of
+ * the locks sent ahead, and a finished transaction refuses statements.
+ */
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { inlinePgParams } from '../../src/db/batch';
+import { runTransaction, type Tx } from '../../src/db/tx';
+import { sql, useTestDb } from '../support/db';
+
+const t = useTestDb();
+
+function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
+  return tx.exec(
+    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
+    [id, name],
+  );
+}
+
+async function names(ids: string[]): Promise<string[]> {
+  const rows = await sql<{ id: string; name: string }>(
+    t.db,
+    `SELECT id, name FROM workspaces WHERE id IN (${ids.map(() => '?').join(', ')})`,
+    ids,
+  );
+  return ids.map((id) => rows.find((r) => r.id === id)?.name ?? '<absent>');
+}
+
+describe('statement batches', () => {
+  it('runs statements issued together in issue order: a read after an insert sees it', async () => {
+    const id = randomUUID();
+    const [inserted, seen, none] = await runTransaction(t.db, 'BatchOrder', (tx) =>
+      Promise.all([
+        insertWorkspace(tx, id, 'ordered'),
+        tx.rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [id]),
+        tx.rows('SELECT name FROM workspaces WHERE id = ?', [randomUUID()]),
+      ]),
+    );
+    expect(inserted).toBe(1);
+    expect(seen).toEqual([{ name: 'ordered' }]);
+    expect(none).toEqual([]);
+    expect(await names([id])).toEqual(['ordered']);
+  });
+
+  it('delivers every value byte for byte, quotes, backslashes, placeholders and all', async () => {
+    const tricky = [
+      "it's",
+      'back\\slash \\x41',
+      "'; DROP TABLE workspaces; --",
+      'a ? b $1 c',
+      'line\nbreak\ttab',
+      'ünïcødé ✓ 漢字',
+      '',
+    ];
+    const ids = tricky.map(() => randomUUID());
+    await runTransaction(t.db, 'BatchValues', (tx) =>
+      Promise.all(tricky.map((name, i) => insertWorkspace(tx, ids[i]!, name))),
+    );
+    expect(await names(ids)).toEqual(tricky);
+  });
+
+  it('inlines PostgreSQL literals through the driver and refuses what it cannot inline', () => {
+    expect(inlinePgParams('SELECT ?, ?, ?, ?', ["o'k", 5, null, true])).toBe("SELECT 'o''k', 5, NULL, TRUE");
+    expect(() => inlinePgParams('SELECT ?', [])).toThrow(/1 placeholders but 0 parameters/);
+    expect(() => inlinePgParams('SELECT ?', [Number.NaN])).toThrow(TypeError);
+  });
+
+  it('binds a value it cannot inline (a Date) by falling back to one statement per round trip', async () => {
+    const id = randomUUID();
+    const when = new Date('2026-01-02T03:04:05.678Z');
+    const [, row] = await runTransaction(t.db, 'BatchDate', (tx) =>
+      Promise.all([
+        tx.exec(
+          "INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, 'dated', 'active', ?, ?)",
+          [id, when, when],
+        ),
+        tx.one<{ created_at: Date }>('SELECT created_at FROM workspaces WHERE id = ?', [id]),
+      ]),
+    );
+    expect(new Date(row!.created_at).toISOString()).toBe(when.toISOString());
+  });
+
+  it('fails the whole transaction when one statement of a batch fails: nothing commits', async () => {
+    const first = randomUUID();
+    const dup = randomUUID();
+    await expect(
+      runTransaction(t.db, 'BatchFailure', (tx) =>
+        Promise.all([
+          insertWorkspace(tx, first, 'one'),
+          insertWorkspace(tx, dup, 'two'),
+          insertWorkspace(tx, dup, 'x'),
+        ]),
+      ),
+    ).rejects.toThrow();
+    expect(await names([first, dup])).toEqual(['<absent>', '<absent>']);
+  });
+
+  it('refuses a lock that would run before the locks sent ahead, and rolls back', async () => {
+    const id = randomUUID();
+    await expect(
+      runTransaction(t.db, 'BatchAheadOrder', async (tx) => {
+        await insertWorkspace(tx, id, 'ahead');
+        await tx.batchAhead(
+          [{ sql: `SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, params: [id] }],
+          [{ sql: 'SELECT id FROM workspaces WHERE id = ? FOR UPDATE', params: [id] }],
+        );
+        // A plain read may run first; a lock may not.
+        expect(await tx.rows('SELECT name FROM workspaces WHERE id = ?', [id])).toEqual([{ name: 'ahead' }]);
+        await tx.rows('SELECT id FROM task_creation_operations WHERE id = ? FOR UPDATE', [randomUUID()]);
+      }),
+    ).rejects.toThrow(/runs before the lock sent ahead/);
+    expect(await names([id])).toEqual(['<absent>']);
+  });
+
+  it('answers the statements sent ahead from the same round trip, in order', async () => {
+    const id = randomUUID();
+    await runTransaction(t.db, 'BatchAheadUse', async (tx) => {
+      await insertWorkspace(tx, id, 'sent ahead');
+      const [first] = await tx.batchAhead(
+        [{ sql: `SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, params: [id] }],
+        [{ sql: 'SELECT name FROM workspaces WHERE id = ? FOR UPDATE', params: [id] }],
+      );
+      expect(first!.rows).toEqual([{ state: 'active' }]);
+      expect(await tx.rows('SELECT name FROM workspaces WHERE id = ? FOR UPDATE', [id])).toEqual([
+        { name: 'sent ahead' },
+      ]);
+    });
+  });
+
+  it('opens no transaction on the server when the body runs no SQL, and refuses SQL once the body ended', async () => {
+    let kept: Tx | undefined;
+    const opened = await runTransaction(t.db, 'BatchNoSql', (tx) => {
+      kept = tx;
+      return Promise.resolve(tx.opened);
+    });
+    expect(opened).toBe(false);
+    await expect(kept!.rows('SELECT 1 AS one')).rejects.toThrow(/finished transaction/);
+  });
+});
