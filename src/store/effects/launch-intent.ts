@@ -129,8 +129,8 @@ export async function armExactLaunchIntent(db: Db, claim: StepClaim): Promise<Ef
         operation_id: claim.operationId,
       });
     }
-    await takeLocks(tx, lockNeeds(owner, req));
-    const w = await readWorld(txReader(tx), owner, req);
+    // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
+    const [, w] = await Promise.all([takeLocks(tx, lockNeeds(owner, req)), readWorld(txReader(tx), owner, req)]);
     if (w.dispatch || w.runtime || w.sessionStarted) {
       return failWithRowsLocked(
         tx,

@@ -174,9 +174,9 @@ export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<Eff
     'ApplySessionPrepare',
     async (tx) => {
       const ctx = await lockClaimedLocked(tx, claim);
-      await takeLocks(tx, lockNeeds(req, true));
       const read = txReader(tx);
-      const w = await readWorld(read, req, exp);
+      // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
+      const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, true)), readWorld(read, req, exp)]);
       const own = ownRows(exp, w);
       const rows = own.map((r) => r.row);
       if (w.runtime) {
@@ -205,36 +205,42 @@ export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<Eff
           envRow,
         ]);
       }
+      // The inserts and the read-back are issued together, in that order: one round trip.
+      const writes: Promise<number>[] = [];
       if (w.session === null) {
         const s = exp.session;
-        await tx.exec(
-          `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
+        writes.push(
+          tx.exec(
+            `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
                                       launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now}, ${tx.now})`,
-          [
-            s.id,
-            s.task_id,
-            s.workspace_id,
-            s.environment_id,
-            s.executor_id,
-            s.executor_profile_id,
-            s.agent_profile_id,
-            s.launch_config_sha256,
-            s.state,
-            s.operation_id,
-            s.step_id,
-          ],
+            [
+              s.id,
+              s.task_id,
+              s.workspace_id,
+              s.environment_id,
+              s.executor_id,
+              s.executor_profile_id,
+              s.agent_profile_id,
+              s.launch_config_sha256,
+              s.state,
+              s.operation_id,
+              s.step_id,
+            ],
+          ),
         );
       }
       for (const [i, m] of exp.markers.entries()) {
         if (w.markers[i]) continue;
-        await tx.exec(
-          `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
+        writes.push(
+          tx.exec(
+            `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-          [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
+            [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
+          ),
         );
       }
-      const after = await readWorld(read, req, exp);
+      const [after] = await Promise.all([readWorld(read, req, exp), ...writes]);
       if (ownRows(exp, after).some((r) => r.p !== 'ours')) throw new Error('session rows did not read back exactly');
       return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(exp)));
     },
@@ -273,8 +279,7 @@ export async function verifySessionPrepareLocked(
 ): Promise<void> {
   const req = stepRequestOf(step, 'session_prepare');
   const exp = expectedSessionRows(req, ownerOf(step));
-  await takeLocks(tx, sessionPrepareLocks(step));
-  const w = await readWorld(txReader(tx), req, exp);
+  const [, w] = await Promise.all([takeLocks(tx, sessionPrepareLocks(step)), readWorld(txReader(tx), req, exp)]);
   const bad = ownRows(exp, w).find((r) => r.p !== 'ours');
   if (bad)
     throw effectMismatch(

@@ -93,7 +93,7 @@ export async function verifyAllEffectRowsLocked(
     if (w.evidence.effect !== 'present_exact') throw effectMismatch(w.step, `evidence is ${w.evidence.effect}`);
     if (w.verifier.locks) needs.push(...w.verifier.locks(w.step, w.evidence));
   }
-  await takeLocks(tx, needs);
-  // Verifiers only read rows already locked above; issued together, their reads share round trips (Tx.batch).
-  await Promise.all(work.map((w) => w.verifier.verify(tx, w.step, w.evidence)));
+  // The locks first (in global order), then every verifier's reads of rows those locks hold: issued together,
+  // they share round trips (Tx.batch keeps issue order; the verifiers' own lock requests are already held).
+  await Promise.all([takeLocks(tx, needs), ...work.map((w) => w.verifier.verify(tx, w.step, w.evidence))]);
 }

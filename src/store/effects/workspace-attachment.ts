@@ -51,29 +51,38 @@ import {
 
 export { expectedAttachmentRows } from './workspace-attachment-rows';
 
-async function insertMissing(tx: Tx, exp: Expected, w: World): Promise<void> {
+/** Issues every missing insert at once (no await in between), so a read issued next follows them in one round trip. */
+function insertMissing(tx: Tx, exp: Expected, w: World): Promise<number[]> {
   const now = tx.now;
+  const writes: Promise<number>[] = [];
   for (const [i, b] of exp.blockers.entries()) {
     if (w.blockers[i]) continue;
-    await tx.exec(
-      `INSERT INTO task_blockers (task_id, blocker_task_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
-      [b.task_id, b.blocker_task_id, b.workspace_id, b.operation_id, b.step_id],
+    writes.push(
+      tx.exec(
+        `INSERT INTO task_blockers (task_id, blocker_task_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
+        [b.task_id, b.blocker_task_id, b.workspace_id, b.operation_id, b.step_id],
+      ),
     );
   }
   for (const [i, m] of exp.members.entries()) {
     if (w.members[i]) continue;
-    await tx.exec(
-      `INSERT INTO workspace_group_members (group_id, task_id, workspace_id, role, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ${now})`,
-      [m.group_id, m.task_id, m.workspace_id, m.role, m.operation_id, m.step_id],
+    writes.push(
+      tx.exec(
+        `INSERT INTO workspace_group_members (group_id, task_id, workspace_id, role, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ${now})`,
+        [m.group_id, m.task_id, m.workspace_id, m.role, m.operation_id, m.step_id],
+      ),
     );
   }
   if (exp.binding !== null && w.binding === null) {
     const e = exp.binding;
-    await tx.exec(
-      `INSERT INTO task_environment_bindings (task_id, environment_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
-      [e.task_id, e.environment_id, e.workspace_id, e.operation_id, e.step_id],
+    writes.push(
+      tx.exec(
+        `INSERT INTO task_environment_bindings (task_id, environment_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
+        [e.task_id, e.environment_id, e.workspace_id, e.operation_id, e.step_id],
+      ),
     );
   }
+  return Promise.all(writes);
 }
 
 export async function applyWorkspaceAttachment(db: Db, claim: StepClaim): Promise<EffectOutcome> {
@@ -88,8 +97,11 @@ export async function applyWorkspaceAttachment(db: Db, claim: StepClaim): Promis
       const read = txReader(tx);
       const envRepoIds =
         req.environment_id === null ? [] : (await readEnvironmentRepos(read, req.environment_id)).map((r) => r.id);
-      await takeLocks(tx, lockNeeds(req, envRepoIds, exp, true));
-      const w = await readWorld(read, req, exp);
+      // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
+      const [, w] = await Promise.all([
+        takeLocks(tx, lockNeeds(req, envRepoIds, exp, true)),
+        readWorld(read, req, exp),
+      ]);
       const own = ownRows(exp, w);
       if (own.some((r) => r.p === 'foreign')) {
         return failWithRowsLocked(
@@ -122,8 +134,8 @@ export async function applyWorkspaceAttachment(db: Db, claim: StepClaim): Promis
           rows,
         );
       }
-      await insertMissing(tx, exp, w);
-      const after = await readWorld(read, req, exp);
+      // The inserts and the read-back, in that order, in one round trip.
+      const [, after] = await Promise.all([insertMissing(tx, exp, w), readWorld(read, req, exp)]);
       if (ownRows(exp, after).some((r) => r.p !== 'ours'))
         throw new Error('workspace attachment rows did not read back exactly');
       const evidence = presentEvidenceOf(claim, observationOf(req, owner, claim.generation, exp, after));
@@ -185,8 +197,10 @@ export async function verifyWorkspaceAttachmentLocked(
   const req = stepRequestOf(step, 'workspace_attachment');
   const owner = ownerOf(step);
   const exp = expectedAttachmentRows(req, owner);
-  await takeLocks(tx, workspaceAttachmentLocks(step, evidence));
-  const w = await readWorld(txReader(tx), req, exp);
+  const [, w] = await Promise.all([
+    takeLocks(tx, workspaceAttachmentLocks(step, evidence)),
+    readWorld(txReader(tx), req, exp),
+  ]);
   const bad = ownRows(exp, w).find((r) => r.p !== 'ours');
   if (bad)
     throw effectMismatch(
