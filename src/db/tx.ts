@@ -313,6 +313,24 @@ async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
   utcSessions.add(conn);
 }
 
+/**
+ * COMMIT, and proof that it committed: PostgreSQL answers COMMIT of a
+ * transaction that already failed with a ROLLBACK tag and no error, so a
+ * statement error that something swallowed would otherwise lose the whole
+ * transaction silently. That is a bug, and it fails loudly here.
+ */
+async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
+  if (dialect !== 'postgres') {
+    await qr.query('COMMIT');
+    return;
+  }
+  const conn = (await qr.connect()) as { query(sql: string): Promise<{ command?: string }> };
+  const res = await conn.query('COMMIT');
+  if (res.command !== 'COMMIT') {
+    throw new Error(`internal: COMMIT answered ${String(res.command)}: a statement of this transaction failed unseen`);
+  }
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -334,7 +352,7 @@ export async function runTransaction<T>(
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
       await tx.close();
-      if (tx.opened) await qr.query(tx.isRollbackOnly ? 'ROLLBACK' : 'COMMIT');
+      if (tx.opened) await (tx.isRollbackOnly ? qr.query('ROLLBACK') : commit(qr, db.dialect));
       return result;
     } catch (err) {
       await tx?.close();

@@ -130,6 +130,22 @@ describe('statement batches', () => {
     });
   });
 
+  it('never loses a transaction silently when a statement error is swallowed', async () => {
+    const id = randomUUID();
+    const run = runTransaction(t.db, 'SwallowedError', async (tx) => {
+      await tx.rows('SELECT * FROM no_such_table').catch(() => undefined);
+      // PostgreSQL has aborted the transaction: this write is refused; MySQL rolled back only the failed statement.
+      await insertWorkspace(tx, id, 'after a swallowed error').catch(() => undefined);
+    });
+    if (t.db.dialect === 'postgres') {
+      await expect(run).rejects.toThrow(/COMMIT answered ROLLBACK/);
+      expect(await names([id])).toEqual(['<absent>']);
+    } else {
+      await run;
+      expect(await names([id])).toEqual(['after a swallowed error']);
+    }
+  });
+
   it('opens no transaction on the server when the body runs no SQL, and refuses SQL once the body ended', async () => {
     let kept: Tx | undefined;
     const opened = await runTransaction(t.db, 'BatchNoSql', (tx) => {
