@@ -13,14 +13,13 @@
  * `effects/verify.ts`: tiers 8..15, shared, one ascending order, including the
  * planned task environments 11.1 that `verifyPlannedRowsLocked` then re-reads).
  */
-import { parseCanonical } from '../canonical/canonical-json';
-import { evidenceHash, rowHash } from '../canonical/hash';
+import { rowHash } from '../canonical/hash';
 import type { CreationPlan } from '../canonical/types';
-import { validateStepEvidence } from '../canonical/validate';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
 import { verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
+import { storedEvidenceOf } from './evidence-memo';
 // Registers the remote-contribution verifier (its module owns the row document).
 import './effects/remote-contribution';
 import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
@@ -33,20 +32,17 @@ function fail(why: string, detail: Record<string, unknown> = {}): never {
 export function verifyStoredEvidence(step: StepRow): void {
   if (step.evidence_json === null || step.evidence_sha256 === null)
     fail(`step ${step.kind}/${step.step_key} has no evidence`);
-  let evidence;
+  let stored;
   try {
-    evidence = validateStepEvidence(parseCanonical(step.evidence_json), {
-      kind: step.kind,
-      step_key: step.step_key,
-      request_sha256: step.request_sha256,
-    });
+    stored = storedEvidenceOf({ ...step, evidence_json: step.evidence_json });
   } catch (err) {
     throw new ConflictError('evidence_mismatch', `step ${step.kind}/${step.step_key}: stored evidence is invalid`, {
       step_id: step.id,
       cause: (err as Error).message,
     });
   }
-  if (evidenceHash(evidence) !== step.evidence_sha256) {
+  const { evidence, sha256 } = stored;
+  if (sha256 !== step.evidence_sha256) {
     throw new ConflictError(
       'evidence_mismatch',
       `step ${step.kind}/${step.step_key}: evidence does not hash to evidence_sha256`,

@@ -19,9 +19,7 @@
  * - `verifyEffectRowsLocked(tx, step, evidence)` verifies one step alone.
  * Runs after the Complete predicate, under Complete's locks (1..7).
  */
-import { parseCanonical } from '../../canonical/canonical-json';
 import type { StepEvidence } from '../../canonical/types';
-import { validateStepEvidence } from '../../canonical/validate';
 import type { StepKind } from '../../domain/vocab';
 import type { Tx } from '../../db/tx';
 import type { StepRow } from '../types';
@@ -29,6 +27,7 @@ import { attachmentClaimLocks, verifyAttachmentClaimLocked } from './attachment-
 import { freshBranchLocks, verifyFreshBranchLocked } from './fresh-branch';
 import { launchIntentLocks, verifyLaunchIntentLocked } from './launch-intent';
 import { effectMismatch } from './recording';
+import { storedEvidenceOf } from '../evidence-memo';
 import { takeLocks, type LockNeed } from './row-locks';
 import { sessionPrepareLocks, verifySessionPrepareLocked } from './session-prepare';
 import { verifyWorkspaceAttachmentLocked, workspaceAttachmentLocks } from './workspace-attachment';
@@ -62,11 +61,7 @@ function verifierOf(step: StepRow): EffectVerifier {
 function storedEvidence(step: StepRow): StepEvidence {
   if (step.evidence_json === null) throw effectMismatch(step, 'no evidence is stored');
   try {
-    return validateStepEvidence(parseCanonical(step.evidence_json), {
-      kind: step.kind,
-      step_key: step.step_key,
-      request_sha256: step.request_sha256,
-    });
+    return storedEvidenceOf({ ...step, evidence_json: step.evidence_json }).evidence;
   } catch (err) {
     throw effectMismatch(step, `stored evidence is invalid (${(err as Error).message})`);
   }
