@@ -9,6 +9,10 @@
  * (nothing read in the failed attempt is reused), with capped exponential
  * backoff plus jitter. Any other error rolls back and propagates. `fn` must do
  * no I/O other than SQL on `tx`: Git, HTTP and process work happen outside.
+ * START TRANSACTION travels with the first statements, and statements issued
+ * together share a round trip in issue order (`Tx.batch`, `Tx.batchAhead`,
+ * docs/adr/0006-statement-batches.md); COMMIT on PostgreSQL proves it
+ * committed.
  */
 import type { DataSource, QueryRunner } from 'typeorm';
 import { TaskLedgerError } from '../domain/errors';
