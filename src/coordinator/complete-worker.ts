@@ -8,7 +8,6 @@
  */
 import { OUTBOX_QUEUE, type CompleteJob, type OutboxJob } from '../../queues/names';
 import type { Db } from '../db/tx';
-import { readRows } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import { failpoint } from '../failpoints';
 import type { Logger } from '../log';
@@ -26,12 +25,14 @@ export interface CompleteWorkerDeps {
 
 export async function processCompleteJob(deps: CompleteWorkerDeps, job: CompleteJob): Promise<'completed' | 'skipped'> {
   const log = deps.log.child({ operation_id: job.operationId });
+  let workspaceId: string;
   try {
     const result = await completeTaskCreation(deps.db, {
       kind: 'operation',
       operationId: job.operationId,
       actor: deps.workerId,
     });
+    workspaceId = result.workspaceId;
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
     // Phase B (task.created in the outbox) has committed; nothing has woken the dispatcher yet. A crash here is
     // healed by the reaper's sweep, which wakes a dispatcher for every workspace with undelivered events.
@@ -52,15 +53,8 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
     }
     throw err;
   }
-  const ws = await readRows<{ workspace_id: string }>(
-    deps.db,
-    'SELECT workspace_id FROM task_creation_operations WHERE id = ?',
-    [job.operationId],
-  );
-  if (ws[0]) {
-    await deps.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId: ws[0].workspace_id } satisfies OutboxJob, {
-      jobId: `outbox-${ws[0].workspace_id}-${Date.now()}`,
-    });
-  }
+  await deps.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId } satisfies OutboxJob, {
+    jobId: `outbox-${workspaceId}-${Date.now()}`,
+  });
   return 'completed';
 }

@@ -32,6 +32,7 @@ interface VerifiedCreation {
 function replay(op: OperationRow): CompleteResult {
   return {
     outcome: op.result_outcome === 'CreatedIdentityLost' ? 'CreatedIdentityLost' : 'Created',
+    workspaceId: op.workspace_id,
     eventId: op.result_event_id!,
     revision: 1,
     replayed: true,
@@ -113,7 +114,7 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
     throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', {
       operation_id: v.op.id,
     });
-  return { outcome, eventId, revision: 1, replayed: false };
+  return { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
 }
 
 /** Phase A only (exposed so recovery and tests can stop between the phases). */

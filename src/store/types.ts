@@ -94,6 +94,8 @@ export interface BeginResult {
 
 export interface CompleteResult {
   outcome: 'Created' | 'CreatedIdentityLost';
+  /** The operation's workspace (whose outbox now holds the event). */
+  workspaceId: string;
   eventId: string;
   revision: 1;
   replayed: boolean;

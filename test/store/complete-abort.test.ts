@@ -74,7 +74,7 @@ describe('CompleteTaskCreation', () => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
     const result = await completeTaskCreation(t.db, c.auth);
-    expect(result).toMatchObject({ outcome: 'Created', revision: 1, replayed: false });
+    expect(result).toMatchObject({ outcome: 'Created', revision: 1, replayed: false, workspaceId: c.ws.workspaceId });
     const [task] = await sql<{ creation_state: string; external_id_settled_at: Date | null; revision: number }>(
       t.db,
       'SELECT creation_state, external_id_settled_at, revision FROM tasks WHERE id = ?',
@@ -95,7 +95,12 @@ describe('CompleteTaskCreation', () => {
 
     const before = await c.snap();
     const again = await completeTaskCreation(t.db, c.auth);
-    expect(again).toMatchObject({ outcome: 'Created', eventId: result.eventId, replayed: true });
+    expect(again).toMatchObject({
+      outcome: 'Created',
+      eventId: result.eventId,
+      replayed: true,
+      workspaceId: c.ws.workspaceId,
+    });
     const recovery = await completeTaskCreation(t.db, {
       kind: 'operation',
       operationId: c.res.operationId,
