@@ -20,7 +20,7 @@ import { runTransaction, type Db, type SqlParam, type Tx } from '../db/tx';
 import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
 import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
-import { findByExternalIdLocked, isSettled } from './task-view';
+import { findByExternalIdLocked, isSettled, readTaskViewLocked } from './task-view';
 import type { TaskView } from './types';
 
 export interface InsertInput {
@@ -33,7 +33,7 @@ export interface InsertInput {
 }
 
 export type InsertResult =
-  | { kind: 'created'; manifestHash: string; actorBindingHash: string }
+  | { kind: 'created'; manifestHash: string; actorBindingHash: string; task: TaskView }
   | { kind: 'found'; task: TaskView; outcome: BeginOutcome }
   | { kind: 'identity_reused' };
 
@@ -184,8 +184,9 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
 
       // Inserts (all keys above are held).
       const t = rows.tasks;
-      // Issued together, in this order: one round trip (Tx.batch); a unique violation stops the rest.
-      await Promise.all([
+      // Issued together, in this order, with the view of the new task last: one round trip (Tx.batch);
+      // a unique violation stops the rest.
+      const written = await Promise.all([
         insertRows(
           tx,
           'tasks',
@@ -287,8 +288,11 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           }),
           ['created_at', 'updated_at'],
         ),
+        readTaskViewLocked(tx, plan.task_id),
       ]);
-      return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash };
+      const task = written[written.length - 1] as TaskView | null;
+      if (!task) throw new Error(`task ${plan.task_id} is not readable inside the transaction that inserted it`);
+      return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task };
     },
     { restartOnUnique: ['uq_tasks_workspace_external_id'] },
   );

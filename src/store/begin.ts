@@ -21,7 +21,7 @@ import { normalizeExternalId } from '../plan/external-id';
 import { actorDocumentFor, mayUseWorkspace } from './actor';
 import { resolvePlanContext } from './begin-context';
 import { insertCreation } from './begin-insert';
-import { findByExternalId, getTaskView, isSettled } from './task-view';
+import { findByExternalId, isSettled } from './task-view';
 import type { BeginResult, CreationHandle, Principal } from './types';
 
 export interface BeginDeps {
@@ -109,9 +109,7 @@ export async function beginTaskCreation(
       actorBindingHash: res.actorBindingHash,
       manifestHash: res.manifestHash,
     });
-    const task = await getTaskView(db, taskId);
-    if (!task) throw new Error(`task ${taskId} vanished right after Begin committed`);
-    return { task, outcome: 'Created', handle, operationId };
+    return { task: res.task, outcome: 'Created', handle, operationId };
   } catch (err) {
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {
       const found = await findByExternalId(db, workspaceId, externalId);

@@ -16,6 +16,12 @@ export function toTaskView(row: TaskViewRow): TaskView {
   return { ...row, creation_complete: row.creation_state === 'completed' };
 }
 
+/** The view of a task inside the caller's transaction (Begin returns what it just inserted, read with its inserts). */
+export async function readTaskViewLocked(tx: Tx, taskId: string): Promise<TaskView | null> {
+  const row = await tx.one<TaskViewRow>(`SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [taskId]);
+  return row ? toTaskView(row) : null;
+}
+
 export function isSettled(state: TaskCreationState): boolean {
   return state === 'completed';
 }
