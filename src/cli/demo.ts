@@ -186,8 +186,11 @@ export async function demoCommand(args: string[]): Promise<number> {
   );
   const log = pino({ name: 'taskledger', level: process.env.TASKLEDGER_LOG_LEVEL ?? 'warn' }, destination(2));
   let fleet: Fleet;
+  const sweepScope: SweepScope = { workspaceId: '00000000-0000-0000-0000-000000000000' };
   try {
-    fleet = await startFleet({ config, roles: [...ROLES], log });
+    // The demo's reaper and cleanup sweeps see only the demo's own workspace (none until it exists): the
+    // database may hold other work that this fleet must not resume, compensate or clean up.
+    fleet = await startFleet({ config, roles: [...ROLES], log, sweepWorkspaceId: () => sweepScope.workspaceId });
   } catch (err) {
     await provider.close();
     // A fleet that failed half-way may hold connections it never handed back; do not hang on them.
@@ -195,11 +198,16 @@ export async function demoCommand(args: string[]): Promise<number> {
     return fail('the fleet did not start', err);
   }
   try {
-    return await runDemo(config, options, fleet, provider);
+    return await runDemo(config, options, fleet, provider, sweepScope);
   } finally {
     await fleet.stop();
     await provider.close();
   }
+}
+
+/** The workspace the demo fleet's sweeps may touch; the nil UUID, which matches no workspace, until the demo's exists. */
+interface SweepScope {
+  workspaceId: string;
 }
 
 async function runDemo(
@@ -207,6 +215,7 @@ async function runDemo(
   options: DemoOptions,
   fleet: Fleet,
   provider: FakeProviderServer,
+  sweepScope: SweepScope,
 ): Promise<number> {
   const apiBase = apiBaseOf(fleet);
   console.log(`fleet: ${ROLES.join(', ')} in this process; API on ${apiBase}`);
@@ -220,6 +229,7 @@ async function runDemo(
     pullRequests: [...Array.from({ length: n }, (_, i) => i + 1), PR_TRANSIENT],
     mergeRequests: Array.from({ length: n }, (_, i) => i + 1),
   });
+  sweepScope.workspaceId = ws.id;
   console.log(
     `workspace: ${ws.name} (${ws.id}): Git repositories ${ws.app.name} and ${ws.service.name} under ${config.dataDir}/demo-repos, ` +
       `workflow todo/doing/done, agent profile running ${JSON.stringify(AGENT_COMMAND.join(' '))}, GitHub and GitLab connections, group, shared environment, member token` +

@@ -52,8 +52,11 @@ export interface FleetOptions {
   executor?: Executor;
   metrics?: Metrics;
   subscribers?: ((event: OutboxEvent) => void)[];
-  /** Limit the reaper's sweep to one workspace (default: every workspace). */
-  sweepWorkspaceId?: string;
+  /**
+   * Limit the reaper's and the cleanup role's sweeps to one workspace (default: every workspace). A function is
+   * asked at each sweep (the demo scopes its fleet to the workspace it creates after the fleet is up).
+   */
+  sweepWorkspaceId?: string | (() => string | undefined);
   /** Database pool size for this process. */
   poolSize?: number;
 }
@@ -119,6 +122,8 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     workers.push(w as Worker);
   };
   const roles = new Set(opts.roles);
+  const sweepScope = (): string | undefined =>
+    typeof opts.sweepWorkspaceId === 'function' ? opts.sweepWorkspaceId() : opts.sweepWorkspaceId;
 
   // A process that runs both roles finishes an operation's launch intent and Complete in place once they are
   // its only work left (no BullMQ hop each); processes split by role keep every hop (ecosystem.config.js).
@@ -189,7 +194,9 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       queues,
       log: rlog,
       actor: `reaper:${workerId}`,
-      workspaceId: opts.sweepWorkspaceId,
+      get workspaceId() {
+        return sweepScope();
+      },
       // The recovery lease and the quiet period before a resume follow the configured step lease.
       leaseMs: config.leaseMs,
       // Launch dispatch recovery observes the launch workers' runtime directory on this host.
@@ -214,7 +221,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     worker(
       CLEANUP_QUEUE,
       async () => {
-        const r = await runDueCleanupJobs(cleanupDeps, `cleanup:${workerId}`, { workspaceId: opts.sweepWorkspaceId });
+        const r = await runDueCleanupJobs(cleanupDeps, `cleanup:${workerId}`, { workspaceId: sweepScope() });
         if (r.done + r.retry + r.unknown > 0) clog.info(r, 'cleanup jobs');
         return r;
       },

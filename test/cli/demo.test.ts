@@ -19,6 +19,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { count, sql, useTestDb } from '../support/db';
+import { begin } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
 
 const BIN = fileURLToPath(new URL('../../bin/taskledger.mjs', import.meta.url));
 const { dialect } = dbConfigFromEnv();
@@ -36,8 +38,8 @@ function runDemo(args: string[]): Promise<typeof run> {
     TASKLEDGER_QUEUE_PREFIX: prefix,
     TASKLEDGER_DATA_DIR: dataDir,
     TASKLEDGER_LOG_LEVEL: 'warn',
-    // The sweep reads every operation in the database, other test files' too; one sweep at start (BullMQ runs a
-    // scheduler's first job at once) is all the demo needs, so its workers stay off other files' half-driven steps.
+    // The demo's sweeps see only its own workspace (the first test below proves it); one sweep at start (BullMQ
+    // runs a scheduler's first job at once) is all the demo needs.
     TASKLEDGER_SWEEP_MS: '600000',
   };
   // The demo must issue and print its own operator token.
@@ -67,7 +69,20 @@ function workspaceId(): string {
   return m[1]!;
 }
 
+/** A creation of another workspace, stalled long enough that an unscoped sweep would resume it. */
+let foreign: { operationId: string };
+
 beforeAll(async () => {
+  const ws = await seedWorkspace(t.db);
+  const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+  const past = t.db.dialect === 'postgres' ? "now() - interval '10 minutes'" : 'NOW(3) - INTERVAL 10 MINUTE';
+  await sql(t.db, `UPDATE task_creation_operations SET created_at = ${past}, updated_at = ${past} WHERE id = ?`, [
+    res.operationId,
+  ]);
+  await sql(t.db, `UPDATE task_creation_steps SET created_at = ${past}, updated_at = ${past} WHERE operation_id = ?`, [
+    res.operationId,
+  ]);
+  foreign = { operationId: res.operationId };
   run = await runDemo(['--tasks', String(TASKS), '--port', '0']);
 }, 90_000);
 
@@ -88,6 +103,21 @@ afterAll(async () => {
 });
 
 describe(`taskledger demo (${dialect})`, () => {
+  it("never touches another workspace's operations: its sweeps see only the demo's own workspace", async () => {
+    expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+    const [op] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+      foreign.operationId,
+    ]);
+    expect(op!.state).toBe('preparing');
+    const steps = await sql<{ state: string; generation: number | string }>(
+      t.db,
+      'SELECT state, generation FROM task_creation_steps WHERE operation_id = ?',
+      [foreign.operationId],
+    );
+    expect(steps.length).toBeGreaterThan(0);
+    expect(steps.map((s) => [s.state, Number(s.generation)])).toEqual(steps.map(() => ['planned', 0]));
+  });
+
   it('exits 0 after printing every stage and a self-consistent summary', () => {
     expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
     for (const stage of [
