@@ -21,7 +21,9 @@
 import pg from 'pg';
 import { QueryFailedError, type QueryRunner } from 'typeorm';
 import type { Dialect } from './config';
-import type { SqlParam } from './tx';
+
+/** A bound value (`?` placeholder); re-exported by tx.ts, where callers import it. */
+export type SqlParam = string | number | bigint | boolean | null | Date | Buffer;
 
 export interface Statement {
   sql: string;

@@ -26,7 +26,7 @@ import {
   uniqueViolationConstraint,
 } from './dialect';
 import { LockPlan, type Tier } from './lock-plan';
-import { inlinable, sendBatch, type Statement, type StatementResult } from './batch';
+import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
 
 export interface Db {
   readonly ds: DataSource;
@@ -40,7 +40,7 @@ const MAX_ATTEMPTS = 10;
 const BACKOFF_BASE_MS = 5;
 const BACKOFF_CAP_MS = 250;
 
-export type SqlParam = string | number | bigint | boolean | null | Date | Buffer;
+export type { SqlParam };
 
 /** A statement that takes a row lock or writes: it must not run while a prefetched lock is pending. */
 const LOCKING_SQL = /\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|pg_advisory|^\s*(INSERT|UPDATE|DELETE)\b/i;
