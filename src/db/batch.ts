@@ -16,7 +16,8 @@
  * PostgreSQL's extended protocol takes one statement per message, so a batch
  * uses the simple protocol with every parameter inlined as a literal:
  * strings through the driver's `escapeLiteral`, finite numbers, bigints,
- * booleans and null. Anything else is refused (a programming error).
+ * booleans and null. The inliner refuses anything else; `Tx` checks first and
+ * sends a batch holding such a value one statement per round trip instead.
  */
 import pg from 'pg';
 import { QueryFailedError, type QueryRunner } from 'typeorm';
