@@ -223,6 +223,22 @@ describe('tampering cannot Complete or Abort', () => {
     expect(await c.snap()).toBe(before);
   });
 
+  it('evidence changed after phase A verified it: phase B re-validates the new bytes and refuses', async () => {
+    const c = await created();
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
+    // Phase A validates every step's evidence (and this process remembers the verified bytes).
+    expect(await completeTaskCreationPhaseA(t.db, c.auth)).toBe('completing');
+    await sql(
+      t.db,
+      "UPDATE task_creation_steps SET evidence_json = REPLACE(evidence_json, 'present_exact', 'conflict') WHERE operation_id = ? AND kind = 'session_prepare'",
+      [c.res.operationId],
+    );
+    const before = await c.snap();
+    await expectTyped(completeTaskCreationPhaseB(t.db, c.auth), 'evidence_mismatch');
+    expect(await c.snap()).toBe(before);
+    expect(await events(c.res.task.id)).toBe(0);
+  });
+
   it('a mutated task row (byte-equivalence with the manifest) cannot Complete', async () => {
     const c = await created();
     await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
