@@ -2,7 +2,10 @@
  * Processes a Complete wake-up as the operation's worker actor (no caller
  * handle; the Store re-derives the retained bindings): phase A then phase B,
  * or a replay. Then it wakes the workspace's outbox dispatcher. A premature
- * or duplicate wake-up is a logged no-op. Failpoint
+ * or duplicate wake-up is a logged no-op. A process that also runs the
+ * outbox role delivers the workspace's outbox right here (`dispatchInPlace`)
+ * instead of one BullMQ hop; if that fails, the dispatcher wake-up is queued
+ * as before, and the reaper's sweep heals a crash in between. Failpoint
  * `after_complete_before_outbox_delivery` sits between the phase-B commit
  * and the announcement/dispatcher wake-up.
  */
@@ -21,6 +24,11 @@ export interface CompleteWorkerDeps {
   log: Logger;
   metrics: Metrics | null;
   workerId: string;
+  /**
+   * Deliver the workspace's outbox in this process after phase B (the fleet sets it when the process also runs the
+   * outbox role). It throws only for what a queued dispatcher would retry.
+   */
+  dispatchInPlace?: (workspaceId: string) => Promise<unknown>;
 }
 
 export async function processCompleteJob(deps: CompleteWorkerDeps, job: CompleteJob): Promise<'completed' | 'skipped'> {
@@ -52,6 +60,14 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
       return 'skipped';
     }
     throw err;
+  }
+  if (deps.dispatchInPlace) {
+    try {
+      await deps.dispatchInPlace(workspaceId);
+      return 'completed';
+    } catch (err) {
+      log.warn({ err }, 'in-place outbox delivery failed; waking a dispatcher');
+    }
   }
   await deps.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId } satisfies OutboxJob, {
     jobId: `outbox-${workspaceId}-${Date.now()}`,

@@ -4,6 +4,9 @@
  * immediate start, the launch wake-up), then marks it delivered with a
  * compare-and-set, so each event ID is marked delivered exactly once; sinks
  * are idempotent (launch job IDs and dispatch claims collapse repeats).
+ * Called in place after a Complete (`launchInPlace`), the launch runs right
+ * here instead of one BullMQ hop; if it throws, its wake-up is queued before
+ * the event is marked, exactly as without it.
  */
 import { launchJobId, LAUNCH_QUEUE, type LaunchJob, type OutboxJob } from '../../queues/names';
 import { parseCanonical } from '../canonical/canonical-json';
@@ -35,7 +38,12 @@ export interface OutboxDeps {
 /** Why 100: one query's worth of events; a busy workspace drains in a few round trips. */
 const BATCH = 100;
 
-async function deliver(deps: OutboxDeps, event: OutboxEvent): Promise<void> {
+export interface DeliveryOptions {
+  /** Run an immediate start's launch in this process (a process that also runs the launch role). */
+  launchInPlace?: (job: LaunchJob) => Promise<unknown>;
+}
+
+async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOptions): Promise<void> {
   if (event.type === 'task.created' && event.payload.start_policy === 'immediate') {
     const intents = await readRows<{ step_key: string }>(
       deps.db,
@@ -44,6 +52,14 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent): Promise<void> {
     );
     for (const intent of intents) {
       const job: LaunchJob = { operationId: event.operation_id, taskId: event.task_id, sessionId: intent.step_key };
+      if (options.launchInPlace) {
+        try {
+          await options.launchInPlace(job);
+          continue;
+        } catch (err) {
+          deps.log.warn({ err, operation_id: job.operationId }, 'in-place launch failed; queueing its wake-up');
+        }
+      }
       await deps.queues
         .get(LAUNCH_QUEUE)
         .add('launch', job, { jobId: launchJobId(event.operation_id, intent.step_key) });
@@ -52,7 +68,11 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent): Promise<void> {
   for (const s of deps.subscribers ?? []) s(event);
 }
 
-export async function processOutboxJob(deps: OutboxDeps, job: OutboxJob): Promise<number> {
+export async function processOutboxJob(
+  deps: OutboxDeps,
+  job: OutboxJob,
+  options: DeliveryOptions = {},
+): Promise<number> {
   let delivered = 0;
   for (;;) {
     const rows = await readRows<Omit<OutboxEvent, 'payload'> & { payload_json: string }>(
@@ -68,7 +88,7 @@ export async function processOutboxJob(deps: OutboxDeps, job: OutboxJob): Promis
         seq: String(row.seq),
         payload: parseCanonical(row.payload_json) as Record<string, unknown>,
       };
-      await deliver(deps, event);
+      await deliver(deps, event, options);
       const marked = await runTransaction(deps.db, 'MarkOutboxDelivered', async (tx) => {
         tx.lockRow(TIER.OUTBOX, 'event_outbox', event.event_id);
         return tx.exec(

@@ -3,15 +3,24 @@
  * operation's launch intent and Complete in place once they are its only work
  * left: no launch-intent job and no Complete job go through Redis, and the
  * ledger ends exactly as with queued jobs (armed intent, one task.created).
- * Without `inline`, the same step leaves both as queued wake-ups. Both dialects.
+ * Without `inline`, the same step leaves both as queued wake-ups. A process
+ * that also runs the outbox and launch roles then delivers `task.created` and
+ * starts the agent in the same pass (no outbox or launch job); when either
+ * in-place pass throws, its wake-up is queued instead, so nothing is lost.
+ * Both dialects.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { COMPLETE_QUEUE, stepQueueName } from '../../queues/names';
+import { join } from 'node:path';
+import { COMPLETE_QUEUE, LAUNCH_QUEUE, OUTBOX_QUEUE, stepQueueName, type LaunchJob } from '../../queues/names';
+import type { CompleteWorkerDeps } from '../../src/coordinator/complete-worker';
 import { QueueSet } from '../../src/coordinator/queues';
 import { processStepJob, type StepWorkerDeps } from '../../src/coordinator/step-worker';
 import type { StepKind } from '../../src/domain/vocab';
+import { LocalProcessExecutor } from '../../src/launch/executor';
+import { processLaunchJob } from '../../src/launch/launch-worker';
 import { silentLogger } from '../../src/log';
+import { processOutboxJob } from '../../src/outbox/dispatcher';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/steps/index';
@@ -57,7 +66,7 @@ async function readyForSession() {
     stepKey: session.step_key,
     generation: Number(session.generation),
   };
-  return { res, effects, job };
+  return { ws, res, effects, job };
 }
 
 const waiting = async (name: string) => (await queues.get(name).getJobCounts('waiting')).waiting ?? 0;
@@ -102,5 +111,93 @@ describe('inline launch intent and Complete', () => {
     expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
     expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore + 1);
     expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'preparing'", [res.operationId])).toBe(1);
+  });
+});
+
+describe('in-place outbox delivery and launch after Complete', () => {
+  async function run(options: { failDispatch?: boolean; failLaunch?: boolean }) {
+    const { ws, res, effects, job } = await readyForSession();
+    const log = silentLogger();
+    const launchDeps = {
+      db: t.db,
+      executor: new LocalProcessExecutor(join(ws.dataDir, 'runtime')),
+      dataDir: ws.dataDir,
+      log,
+      metrics: null,
+      workerId: 'inline-worker',
+      leaseMs: 30_000,
+    };
+    const launchInPlace = async (launch: LaunchJob) => {
+      if (options.failLaunch) throw new Error('in-place launch broke');
+      return processLaunchJob(launchDeps, launch);
+    };
+    const outboxDeps = { db: t.db, queues, log, metrics: null };
+    const complete: CompleteWorkerDeps = {
+      db: t.db,
+      queues,
+      log,
+      metrics: null,
+      workerId: 'inline-worker',
+      dispatchInPlace: async (workspaceId) => {
+        if (options.failDispatch) throw new Error('in-place dispatch broke');
+        return processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace });
+      },
+    };
+    const deps: StepWorkerDeps = {
+      effects,
+      handlers: defaultStepHandlers,
+      queues,
+      log,
+      metrics: null,
+      workerId: 'inline-worker',
+      leaseMs: 30_000,
+      inline: { complete },
+    };
+    const outboxBefore = await waiting(OUTBOX_QUEUE);
+    const launchBefore = await waiting(LAUNCH_QUEUE);
+    expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
+    const delivered = await count(
+      t.db,
+      'event_outbox',
+      "task_id = ? AND type = 'task.created' AND delivered_at IS NOT NULL",
+      [res.task.id],
+    );
+    const launched = await count(
+      t.db,
+      'task_launch_dispatch_claims',
+      "creation_operation_id = ? AND state = 'succeeded'",
+      [res.operationId],
+    );
+    return {
+      delivered,
+      launched,
+      outboxJobs: (await waiting(OUTBOX_QUEUE)) - outboxBefore,
+      launchJobs: (await waiting(LAUNCH_QUEUE)) - launchBefore,
+      completed: await count(t.db, 'task_creation_operations', "id = ? AND state = 'completed'", [res.operationId]),
+    };
+  }
+
+  it('delivers task.created and launches the agent in the same pass: no outbox or launch job', async () => {
+    expect(await run({})).toEqual({ delivered: 1, launched: 1, outboxJobs: 0, launchJobs: 0, completed: 1 });
+  });
+
+  it('a failing in-place delivery queues the dispatcher wake-up; the event stays undelivered for it', async () => {
+    expect(await run({ failDispatch: true })).toEqual({
+      delivered: 0,
+      launched: 0,
+      outboxJobs: 1,
+      launchJobs: 0,
+      completed: 1,
+    });
+  });
+
+  it('a failing in-place launch queues the launch wake-up before the event is marked delivered', async () => {
+    expect(await run({ failLaunch: true })).toEqual({
+      delivered: 1,
+      launched: 0,
+      outboxJobs: 0,
+      launchJobs: 1,
+      completed: 1,
+    });
   });
 });
