@@ -286,6 +286,21 @@ export interface CeilingResult {
   cpu: CpuBreakdown | null;
 }
 
+/**
+ * After measuring, the ceiling's tasks are marked deleted. Its rows are real ledger rows in shape but synthetic in
+ * content (filler plans, no real session): left live, each completed creation with an armed launch intent and no
+ * dispatch claim looks like a stranded launch, and the fleet's reaper, measured next on the same database, would
+ * re-send hundreds of launch wake-ups per sweep that fail on the filler plan (it did, until this).
+ */
+async function retire(pool: RawPool, world: BenchWorld): Promise<void> {
+  const conn = await pool.acquire();
+  try {
+    await conn.query("UPDATE tasks SET lifecycle_state = 'deleted' WHERE workspace_id = ?", [world.workspaceId]);
+  } finally {
+    conn.release();
+  }
+}
+
 export async function measureCeiling(
   dialect: Dialect,
   url: string,
@@ -338,6 +353,7 @@ export async function measureCeiling(
     await Promise.all(Array.from({ length: Math.min(concurrency, total) }, lane));
     const wallMs = performance.now() - started;
     const cpu = cpuPerCreation(cpuTracker.before, cpuTracker.finish(), { api: [], workers: [] }, total);
+    await retire(pool, world);
     return {
       creations: total,
       concurrency,

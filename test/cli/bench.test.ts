@@ -7,6 +7,7 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { dbConfigFromEnv } from '../../src/db/config';
+import { createDataSource } from '../../src/db/data-source';
 import { parseBenchArgs, type BenchOptions } from '../../src/bench/options';
 import { silentProgress } from '../../src/bench/progress';
 import { renderReport, SHAPE_TABLE_HEADER } from '../../src/bench/report';
@@ -65,6 +66,18 @@ describe('taskledger bench', () => {
     expect(git!.paced).toBeNull();
     expect(d.workerRssMb).toHaveLength(1);
     expect(d.targets.map((t) => t.met === null)).toEqual([false, false, false]);
+
+    // The ceiling's synthetic creations are retired before the fleet runs: none is left live for its reaper to launch.
+    const ds = createDataSource({ ...config, url: scratchUrl }, { poolSize: 1 });
+    await ds.initialize();
+    try {
+      const rows: { lifecycle_state: string; n: number | string }[] = await ds.query(
+        "SELECT lifecycle_state, COUNT(*) AS n FROM tasks WHERE title = 'bench ceiling task' GROUP BY lifecycle_state",
+      );
+      expect(rows.map((r) => [r.lifecycle_state, Number(r.n) > 0])).toEqual([['deleted', true]]);
+    } finally {
+      await ds.destroy();
+    }
 
     const text = renderReport(report);
     expect(text).toContain(SHAPE_TABLE_HEADER.join('  ').slice(0, 5));
