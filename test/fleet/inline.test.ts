@@ -71,20 +71,31 @@ async function readyForSession() {
 
 const waiting = async (name: string) => (await queues.get(name).getJobCounts('waiting')).waiting ?? 0;
 
+/** A step worker's deps; `inline` set means the process also runs the complete role. */
+function workerDeps(
+  effects: StepWorkerDeps['effects'],
+  workerId: string,
+  inline?: StepWorkerDeps['inline'],
+): StepWorkerDeps {
+  return {
+    effects,
+    handlers: defaultStepHandlers,
+    queues,
+    log: silentLogger(),
+    metrics: null,
+    workerId,
+    leaseMs: 30_000,
+    inline,
+  };
+}
+
 describe('inline launch intent and Complete', () => {
   it('runs them in place: no launch or Complete job, one task.created', async () => {
     const { res, effects, job } = await readyForSession();
     const log = silentLogger();
-    const deps: StepWorkerDeps = {
-      effects,
-      handlers: defaultStepHandlers,
-      queues,
-      log,
-      metrics: null,
-      workerId: 'inline-worker',
-      leaseMs: 30_000,
-      inline: { complete: { db: t.db, queues, log, metrics: null, workerId: 'inline-worker' } },
-    };
+    const deps = workerDeps(effects, 'inline-worker', {
+      complete: { db: t.db, queues, log, metrics: null, workerId: 'inline-worker' },
+    });
     const launchBefore = await waiting(stepQueueName('launch_intent'));
     const completeBefore = await waiting(COMPLETE_QUEUE);
     expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
@@ -98,15 +109,7 @@ describe('inline launch intent and Complete', () => {
 
   it('without inline, the same step leaves the launch intent as a queued wake-up', async () => {
     const { res, effects, job } = await readyForSession();
-    const deps: StepWorkerDeps = {
-      effects,
-      handlers: defaultStepHandlers,
-      queues,
-      log: silentLogger(),
-      metrics: null,
-      workerId: 'queued-worker',
-      leaseMs: 30_000,
-    };
+    const deps = workerDeps(effects, 'queued-worker');
     const launchBefore = await waiting(stepQueueName('launch_intent'));
     expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
     expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore + 1);
@@ -143,16 +146,7 @@ describe('in-place outbox delivery and launch after Complete', () => {
         return processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace });
       },
     };
-    const deps: StepWorkerDeps = {
-      effects,
-      handlers: defaultStepHandlers,
-      queues,
-      log,
-      metrics: null,
-      workerId: 'inline-worker',
-      leaseMs: 30_000,
-      inline: { complete },
-    };
+    const deps = workerDeps(effects, 'inline-worker', { complete });
     const outboxBefore = await waiting(OUTBOX_QUEUE);
     const launchBefore = await waiting(LAUNCH_QUEUE);
     expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
