@@ -9,6 +9,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { LAUNCH_QUEUE } from '../../queues/names';
 import { processStepJob } from '../../src/coordinator/step-worker';
 import { count, sql, useTestDb } from '../support/db';
 import { startWorld, waitFor, type FleetWorld } from './support';
@@ -129,6 +131,11 @@ describe('a creation with every step kind', () => {
     expect(readFileSync(marker, 'utf8').trim()).toBe(taskId);
     const [session] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_sessions WHERE task_id = ?', [taskId]);
     expect(session!.state).toBe('running');
+    // This fleet runs every role in one process: the delivery after Complete started the agent in place (ADR 0007),
+    // so no launch job ever went through Redis (completed jobs are removed: the queue's event stream would show it).
+    const launchQueue = w.fleet.queues.get(LAUNCH_QUEUE);
+    const redis = (await launchQueue.client) as unknown as Redis;
+    expect(await redis.xlen(launchQueue.keys.events!)).toBe(0);
 
     // The event is delivered and listed.
     await waitFor(
