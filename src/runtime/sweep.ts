@@ -54,6 +54,9 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   }
   // Delivered means the dispatcher already sent this launch once; a claim row appears when a launch worker takes it.
   // Driven from the delivered task.created events: the window is a range on event_outbox (delivered_at, seq).
+  // `e.task_id = o.task_id` (always true: the event is its operation's task's) gives a plan that starts from the
+  // operations an index path to their event (uq_event_outbox_task_revision); without it, a fresh table's missing
+  // statistics made PostgreSQL join every completed operation against every event (102 ms for 786 rows).
   const window =
     launchWindowMs === null
       ? ''
@@ -61,7 +64,7 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   const launches = await readRows<{ operation_id: string; task_id: string; session_id: string }>(
     db,
     `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM event_outbox e
-       JOIN task_creation_operations o ON o.id = e.operation_id AND o.state = 'completed'
+       JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
        JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted'
       WHERE e.type = 'task.created' AND e.delivered_at IS NOT NULL ${window} ${scope.replace('workspace_id', 'e.workspace_id')}
