@@ -3,7 +3,7 @@
  * shape, the database-clock latencies, the per-creation server counters and
  * the targets (met / MISSED / not measured).
  */
-import type { BenchReport, DialectResult } from './run';
+import type { BenchReport, DialectResult } from './results';
 
 const fmt = (n: number | null | undefined, digits = 1) =>
   n === null || n === undefined || !Number.isFinite(n) ? '-' : n.toFixed(digits);

@@ -26,7 +26,7 @@ import { redactUrl } from '../cli/redact';
 import type { Dialect } from '../db/config';
 import { readRows, type Db } from '../db/tx';
 import { measureCeiling, CEILING_TRANSACTIONS, type CeilingResult } from './ceiling';
-import { cpuPerCreation, trackCpu, type CpuBreakdown } from './cpu';
+import { cpuPerCreation, trackCpu } from './cpu';
 import {
   freshBenchDb,
   seedBenchWorld,
@@ -41,86 +41,8 @@ import type { BenchOptions, Shape } from './options';
 import { isRunning, sampleRss, spawnRoleProcess, stopChild, type BenchChild } from './processes';
 import type { ProgressSink } from './progress';
 import { summarize, type LatencySummary } from './stats';
-
-export const TARGETS = {
-  /** The DB-effect shape's creations/s as a share of the ceiling. */
-  ceilingShare: 0.6,
-  /** p99 of the paced DB-effect run, ms. */
-  pacedP99Ms: 60,
-  /** Resident set of each worker process, MB. */
-  workerRssMb: 200,
-} as const;
-
-export interface PacedResult {
-  rate: number;
-  seconds: number;
-  /** rate × seconds. */
-  planned: number;
-  sent: number;
-  /** The fleet fell more than two seconds of arrivals behind; sending stopped early. */
-  overloaded: boolean;
-  ok: number;
-  failed: number;
-  achievedPerSecond: number;
-  latency: LatencySummary;
-  dbClockLatency: LatencySummary | null;
-}
-
-export interface ShapeResult {
-  shape: Shape;
-  tasks: number;
-  ok: number;
-  failed: number;
-  wallMs: number;
-  creationsPerSecond: number;
-  latency: LatencySummary;
-  dbClockLatency: LatencySummary | null;
-  /** creations/s over the ceiling's creations/s (DB shape only). */
-  ceilingShare: number | null;
-  /** The paced run at --rate (the latency target's run). */
-  paced: PacedResult | null;
-  /** When --rate is more than the fleet sustains: a paced run at half the measured throughput. */
-  pacedSustainable: PacedResult | null;
-  /** CPU ms per creation by consumer, over the throughput run (includes the tail: outbox delivery and launches). */
-  cpu: CpuBreakdown | null;
-  /** Server counters divided by creations (includes outbox delivery, launches and sweeps of the run). */
-  perCreation: { commits: number; statements: number | null } | null;
-  /** Deadlocks the server detected during the throughput run (the Store restarts each one). */
-  deadlocks: number;
-  /** Creations of this shape still unfinished after its runs (a step `unknown`/`failed` awaits the reaper or an operator). */
-  stuck: string[];
-  maxWorkerRssMb: number;
-  apiRssMb: number;
-  errors: string[];
-}
-
-export interface TargetCheck {
-  name: string;
-  met: boolean | null;
-  detail: string;
-}
-
-export interface DialectResult {
-  dialect: Dialect;
-  url: string;
-  serverVersion: string;
-  workers: number;
-  concurrency: number;
-  launch: boolean;
-  ceiling: CeilingResult | null;
-  shapes: ShapeResult[];
-  workerRssMb: number[];
-  /** 1-minute load average when the dialect's run started and ended (other work on the machine skews results). */
-  loadAverage: { start: number; end: number };
-  targets: TargetCheck[];
-}
-
-export interface BenchReport {
-  startedAt: string;
-  machine: { host: string; cpus: number; cpuModel: string; memoryGiB: number; node: string };
-  options: Omit<BenchOptions, 'pgUrl' | 'mysqlUrl' | 'redisUrl'>;
-  dialects: DialectResult[];
-}
+import type { BenchReport, DialectResult, PacedResult, ShapeResult } from './results';
+import { checkTargets } from './targets';
 
 const WORKER_ROLES = ['steps', 'complete', 'outbox', 'reaper'];
 
@@ -424,44 +346,6 @@ async function runShape(
   };
 }
 
-function checkTargets(r: DialectResult): TargetCheck[] {
-  const db = r.shapes.find((s) => s.shape === 'db');
-  const checks: TargetCheck[] = [];
-  if (db && db.ceilingShare !== null) {
-    checks.push({
-      name: `db shape ≥ ${TARGETS.ceilingShare * 100}% of the ceiling`,
-      met: db.ceilingShare >= TARGETS.ceilingShare,
-      detail: `${fmt(db.ceilingShare * 100)}% (${fmt(db.creationsPerSecond)} of ${fmt(r.ceiling!.creationsPerSecond)} creations/s)`,
-    });
-  } else {
-    checks.push({
-      name: `db shape ≥ ${TARGETS.ceilingShare * 100}% of the ceiling`,
-      met: null,
-      detail: 'not measured',
-    });
-  }
-  if (db?.paced) {
-    const p = db.paced;
-    const detail = p.overloaded
-      ? `overloaded: the fleet fell behind after ${p.sent} of ${p.planned} requests (it sustains ${fmt(db.creationsPerSecond)}/s); p99 of those ${fmt(p.latency.p99)} ms`
-      : `p99 ${fmt(p.latency.p99)} ms at ${fmt(p.achievedPerSecond)}/s achieved${p.failed > 0 ? `, ${p.failed} failed` : ''}`;
-    checks.push({
-      name: `paced p99 ≤ ${TARGETS.pacedP99Ms} ms at ${p.rate}/s`,
-      met: !p.overloaded && p.failed === 0 && p.latency.p99 <= TARGETS.pacedP99Ms,
-      detail,
-    });
-  } else {
-    checks.push({ name: `paced p99 ≤ ${TARGETS.pacedP99Ms} ms`, met: null, detail: 'not measured' });
-  }
-  const rss = Math.max(0, ...r.workerRssMb);
-  checks.push({
-    name: `each worker < ${TARGETS.workerRssMb} MB resident`,
-    met: r.workerRssMb.length === 0 ? null : rss < TARGETS.workerRssMb,
-    detail: r.workerRssMb.length === 0 ? 'not measured' : `max ${rss} MB (${r.workerRssMb.join(', ')} MB)`,
-  });
-  return checks;
-}
-
 async function runDialect(dialect: Dialect, options: BenchOptions, progress: ProgressSink): Promise<DialectResult> {
   const url = dialect === 'postgres' ? options.pgUrl : options.mysqlUrl;
   const loadStart = loadavg()[0]!;
@@ -573,7 +457,7 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
       loadAverage: { start: loadStart, end: loadavg()[0]! },
       targets: [],
     };
-    result.targets = checkTargets(result);
+    result.targets = checkTargets(result, cpus().length);
     return result;
   } finally {
     sampler?.stop();

@@ -1,0 +1,132 @@
+/**
+ * The bench's target checks on hand-made results: met / MISSED / not
+ * measured, the CPU budget a missed share implies, and the paced target
+ * called unreachable only when the requested rate is above the ceiling's.
+ * (test/cli/bench.test.ts runs the whole bench; this pins the arithmetic.)
+ */
+import { describe, expect, it } from 'vitest';
+import type { CeilingResult } from '../../src/bench/ceiling';
+import type { CpuBreakdown } from '../../src/bench/cpu';
+import type { DialectResult, PacedResult, ShapeResult } from '../../src/bench/results';
+import { checkTargets } from '../../src/bench/targets';
+
+const latency = (p99: number) => ({ count: 10, mean: p99 / 2, p50: p99 / 2, p95: p99, p99, max: p99 });
+
+const cpu = (database: number): CpuBreakdown => ({
+  api: 10,
+  workers: 40,
+  subprocesses: 2,
+  database,
+  redis: 2,
+  bench: 3,
+  other: 1,
+  machineBusy: 0.95,
+});
+
+function paced(rate: number, p99: number): PacedResult {
+  return {
+    rate,
+    seconds: 5,
+    planned: rate * 5,
+    sent: rate * 5,
+    overloaded: false,
+    ok: rate * 5,
+    failed: 0,
+    achievedPerSecond: rate,
+    latency: latency(p99),
+    dbClockLatency: null,
+  };
+}
+
+function dbShape(creationsPerSecond: number, ceilingPerSecond: number, pacedRun: PacedResult | null): ShapeResult {
+  return {
+    shape: 'db',
+    tasks: 100,
+    ok: 100,
+    failed: 0,
+    wallMs: 1000,
+    creationsPerSecond,
+    latency: latency(100),
+    dbClockLatency: null,
+    ceilingShare: creationsPerSecond / ceilingPerSecond,
+    paced: pacedRun,
+    pacedSustainable: null,
+    cpu: cpu(38),
+    perCreation: null,
+    deadlocks: 0,
+    stuck: [],
+    maxWorkerRssMb: 150,
+    apiRssMb: 150,
+    errors: [],
+  };
+}
+
+function result(shape: ShapeResult | null, ceilingPerSecond: number, workerRssMb: number[]): DialectResult {
+  const ceiling: CeilingResult = {
+    creations: 100,
+    concurrency: 16,
+    wallMs: 1000,
+    creationsPerSecond: ceilingPerSecond,
+    transactionsPerSecond: ceilingPerSecond * 10,
+    statementsPerCreation: 101,
+    latency: latency(300),
+    retries: 0,
+    cpu: null,
+  };
+  return {
+    dialect: 'postgres',
+    url: 'postgres://x',
+    serverVersion: 'test',
+    workers: 2,
+    concurrency: 16,
+    launch: true,
+    ceiling,
+    shapes: shape ? [shape] : [],
+    workerRssMb,
+    loadAverage: { start: 0, end: 0 },
+    targets: [],
+  };
+}
+
+describe('bench targets', () => {
+  it('a missed share states the CPU budget it implies and what the fleet spent', () => {
+    const [share, pacedCheck, rss] = checkTargets(result(dbShape(15, 50, paced(100, 900)), 50, [150, 210]), 2);
+    expect(share).toMatchObject({ name: 'db shape ≥ 60% of the ceiling', met: false });
+    // 2 cores × 1000 ms / (0.6 × 50/s) = 66.7 ms; spent = 10 + 40 + 2 + 38 + 2 + 1 (the load generator left out).
+    expect(share!.detail).toBe(
+      '30.0% (15.0 of 50.0 creations/s); that rate leaves at most 66.7 ms of machine CPU per creation (2 cores fully busy), the fleet spent 93.0 ms, 38.0 of them in the database',
+    );
+    expect(pacedCheck).toMatchObject({ name: 'paced p99 ≤ 60 ms at 100/s', met: false });
+    expect(pacedCheck!.detail).toMatch(
+      /^p99 900\.0 ms at 100\.0\/s achieved; unreachable on this machine: the ceiling loop, the bare SQL alone, sustains 50\.0\/s$/,
+    );
+    expect(rss).toMatchObject({ met: false, detail: 'max 210 MB (150, 210 MB)' });
+  });
+
+  it('a met share and a paced rate under the ceiling carry no excuse', () => {
+    const [share, pacedCheck, rss] = checkTargets(result(dbShape(40, 50, paced(20, 45)), 50, [150, 160]), 2);
+    expect(share).toEqual({
+      name: 'db shape ≥ 60% of the ceiling',
+      met: true,
+      detail: '80.0% (40.0 of 50.0 creations/s)',
+    });
+    expect(pacedCheck).toEqual({
+      name: 'paced p99 ≤ 60 ms at 20/s',
+      met: true,
+      detail: 'p99 45.0 ms at 20.0/s achieved',
+    });
+    expect(rss).toMatchObject({ met: true });
+
+    const [, slow] = checkTargets(result(dbShape(40, 50, paced(20, 61)), 50, [150]), 2);
+    expect(slow).toMatchObject({ met: false, detail: 'p99 61.0 ms at 20.0/s achieved' });
+  });
+
+  it('says not measured when the run had no DB shape or no workers', () => {
+    const checks = checkTargets(result(null, 50, []), 2);
+    expect(checks.map((c) => [c.met, c.detail])).toEqual([
+      [null, 'not measured'],
+      [null, 'not measured'],
+      [null, 'not measured'],
+    ]);
+  });
+});
