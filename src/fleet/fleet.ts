@@ -139,16 +139,17 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   // A process that also runs the outbox role delivers the outbox right after its own Complete, and one that also
   // runs the launch role starts the agent in the same pass: two BullMQ hops fewer per creation. Processes split by
   // role (ecosystem.config.js) keep every hop.
+  // Queued deliveries (the reaper's sweep, a failed in-place pass) take the same single-flight pass: one pass per
+  // workspace in this process at a time, and the launch in place here too.
   const launchInPlace = roles.has('launch') ? (job: LaunchJob) => processLaunchJob(launchDeps, job) : undefined;
+  const deliveryPass = singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }));
   const completeDeps = {
     db,
     queues,
     log: log.child({ role: 'complete' }),
     metrics,
     workerId,
-    dispatchInPlace: roles.has('outbox')
-      ? singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }))
-      : undefined,
+    dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined,
   };
   // A process that runs both the steps and the complete roles finishes an operation's launch intent and Complete
   // in place once they are its only work left (no BullMQ hop each).
@@ -176,7 +177,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     worker<CompleteJob>(COMPLETE_QUEUE, (job) => processCompleteJob(completeDeps, job.data), CONCURRENCY.complete);
   }
   if (roles.has('outbox')) {
-    worker<OutboxJob>(OUTBOX_QUEUE, (job) => processOutboxJob(outboxDeps, job.data), CONCURRENCY.outbox);
+    worker<OutboxJob>(OUTBOX_QUEUE, (job) => deliveryPass(job.data.workspaceId), CONCURRENCY.outbox);
   }
   if (roles.has('launch')) {
     worker<LaunchJob>(LAUNCH_QUEUE, (job) => processLaunchJob(launchDeps, job.data), CONCURRENCY.launch);
