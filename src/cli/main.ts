@@ -3,7 +3,7 @@
  * command lives in its own file and returns its exit code; nothing here
  * calls `process.exit`, so open handles close on their own.
  */
-import { COMMANDS, EXIT, notYetAvailable, usage } from './usage';
+import { EXIT, usage } from './usage';
 
 /** Runs one command line (`argv` as in `process.argv`) and returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
@@ -36,16 +36,15 @@ export async function main(argv: readonly string[]): Promise<number> {
     const { opsCommand } = await import('./ops');
     return opsCommand(args);
   }
+  if (command === 'verify') {
+    const { verifyCommand } = await import('./verify');
+    return verifyCommand(args);
+  }
   if (command === 'bench') {
     const { benchCommand } = await import('./bench');
     return benchCommand(args);
   }
 
-  const listed = COMMANDS.find((c) => c.name === command);
-  if (listed && !listed.available) {
-    console.error(notYetAvailable(listed));
-    return EXIT.USAGE;
-  }
   console.error(`taskledger: unknown command "${command}"\n\n${usage()}`);
   return EXIT.USAGE;
 }

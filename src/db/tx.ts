@@ -309,7 +309,7 @@ const utcSessions = new WeakSet<object>();
  * statement less in each of a creation's dozen transactions). PostgreSQL gets
  * both from its connection options (src/db/data-source.ts).
  */
-async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
+export async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<void> {
   if (dialect !== 'mysql') return;
   const conn = (qr as unknown as { databaseConnection?: object }).databaseConnection;
   if (!conn || utcSessions.has(conn)) return;

@@ -17,6 +17,8 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main';
+import { verifyCommand } from '../../src/cli/verify';
+import type { VerifyReport } from '../../src/verify/drift';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { count, sql, useTestDb } from '../support/db';
 import { begin } from '../support/ledger';
@@ -235,6 +237,25 @@ describe(`taskledger demo (${dialect})`, () => {
     const tree = trees.find((tr) => tr.task_id === inTree!.task_id)!;
     const marker = readFileSync(join(tree.worktree_path, 'AGENT_STARTED.txt'), 'utf8');
     expect(marker.trim()).toBe(`agent for ${inTree!.task_id} started`);
+  });
+
+  it('left a ledger that taskledger verify proves: every hash re-derives, every invariant holds', async () => {
+    const saved = process.env.TASKLEDGER_DATA_DIR;
+    process.env.TASKLEDGER_DATA_DIR = dataDir;
+    const out = vi.spyOn(console, 'log').mockImplementation(() => undefined);
+    vi.spyOn(console, 'error').mockImplementation(() => undefined);
+    try {
+      const code = await verifyCommand(['--workspace', workspaceId(), '--json']);
+      const report = JSON.parse(out.mock.calls.map((c) => c.join(' ')).join('\n')) as VerifyReport;
+      expect(report.drift).toEqual([]);
+      expect(code).toBe(0);
+      expect(report.counts.operations).toBeGreaterThanOrEqual(TASKS);
+      expect(report.counts.dispatch_claims).toBeGreaterThanOrEqual(1);
+    } finally {
+      vi.restoreAllMocks();
+      if (saved === undefined) delete process.env.TASKLEDGER_DATA_DIR;
+      else process.env.TASKLEDGER_DATA_DIR = saved;
+    }
   });
 });
 

@@ -165,11 +165,13 @@ describe('taskledger command dispatch', () => {
     expect(res.stderr).toContain('usage: taskledger <command>');
   });
 
-  it('a listed command that has not landed yet exits 2 and says so', async () => {
-    for (const command of ['verify']) {
-      const res = await runMain([command, '--roles', 'api']);
-      expect(res.code).toBe(2);
-      expect(res.stderr).toContain(`taskledger ${command}: not yet available`);
-    }
+  it('verify refuses an unknown option and a malformed workspace id with exit 2, before connecting', async () => {
+    const unknown = await runMain(['verify', '--roles', 'api']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("Unknown option '--roles'");
+    expect(unknown.stderr).toContain('usage: taskledger verify');
+    const badId = await runMain(['verify', '--workspace', 'acme']);
+    expect(badId.code).toBe(2);
+    expect(badId.stderr).toContain('--workspace must be a workspace id (a UUID), got "acme"');
   });
 });

@@ -1,0 +1,181 @@
+/**
+ * The ledger checks of `taskledger verify`, on one operation's rows as read
+ * (verify/ledger-page.ts). Pure: re-derives every stored hash from the stored
+ * bytes with the same functions the Store writes them with, and checks the
+ * invariants the protocol promises once a creation has ended:
+ * - bindings: ManifestHash and ActorBindingHash from the stored plan and
+ *   actor documents, bound to the operation's task and workspace;
+ * - steps: the plan's step set, each request / request hash / idempotency
+ *   key, each evidence envelope against its hash and its step, each
+ *   compensation proof against its hash;
+ * - events: each payload against its hash; a completed operation has exactly
+ *   one `task.created`, revision one, the operation's result event, and its
+ *   task is `completed`; an unfinished or aborted one has none;
+ * - dispatch claims: only for a completed operation, never created before its
+ *   `task.created`, with the dispatch key and the launch intent's request
+ *   hash, and evidence that hashes and names this claim;
+ * - cleanup jobs: each proof against its hash.
+ */
+import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
+import { cleanupProofHash, compensationProofHash, domainHash, evidenceHash, payloadHash } from '../canonical/hash';
+import type { CreationPlan } from '../canonical/types';
+import { validateCompensationProof, validateStepEvidence } from '../canonical/validate';
+import { DISPATCH_EVIDENCE_DOMAIN, dispatchIdempotencyKey } from '../store/launch-dispatch';
+import { verifyStoredBindings } from '../store/operation-guard';
+import { verifyStepRequest, verifyStepSet } from '../store/step-rows';
+import type { Drift, DriftCode } from './drift';
+import type { DispatchClaimRow, OperationRecord, VerifyStepRow } from './ledger-page';
+
+type Emit = (code: DriftCode, subject: string, message: string) => void;
+
+/** The error's message, with the underlying cause a Store error carries in its detail. */
+function messageOf(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = (err as { detail?: { cause?: unknown } }).detail?.cause;
+  return typeof cause === 'string' ? `${err.message} (${cause})` : err.message;
+}
+
+/** Runs `check`; a throw becomes one finding. */
+function guard(emit: Emit, code: DriftCode, subject: string, check: () => void): void {
+  try {
+    check();
+  } catch (err) {
+    const message = messageOf(err);
+    // The Store's errors name their step already; say it once.
+    emit(code, subject, message.startsWith(`${subject}: `) ? message.slice(subject.length + 2) : message);
+  }
+}
+
+const stepSubject = (s: VerifyStepRow) => `step ${s.kind}/${s.step_key}`;
+
+function checkStep(emit: Emit, step: VerifyStepRow, plan: CreationPlan | null): void {
+  const subject = stepSubject(step);
+  if (plan) guard(emit, 'step_request', subject, () => verifyStepRequest(step, plan));
+  if ((step.evidence_json === null) !== (step.evidence_sha256 === null)) {
+    emit('step_evidence', subject, 'evidence and its hash are not both present');
+  } else if (step.evidence_json !== null) {
+    guard(emit, 'step_evidence', subject, () => {
+      const evidence = validateStepEvidence(parseCanonical(step.evidence_json!), {
+        kind: step.kind,
+        step_key: step.step_key,
+        request_sha256: step.request_sha256,
+      });
+      if (evidenceHash(evidence) !== step.evidence_sha256) throw new Error('evidence does not hash to evidence_sha256');
+    });
+  }
+  if ((step.compensation_evidence_json === null) !== (step.compensation_evidence_sha256 === null)) {
+    emit('compensation_proof', subject, 'compensation proof and its hash are not both present');
+  } else if (step.compensation_evidence_json !== null) {
+    guard(emit, 'compensation_proof', subject, () => {
+      const proof = validateCompensationProof(parseCanonical(step.compensation_evidence_json!), {
+        kind: step.kind,
+        step_key: step.step_key,
+        request_sha256: step.request_sha256,
+      });
+      if (compensationProofHash(proof) !== step.compensation_evidence_sha256) {
+        throw new Error('compensation proof does not hash to compensation_evidence_sha256');
+      }
+    });
+  }
+}
+
+function checkEvents(emit: Emit, rec: OperationRecord): void {
+  for (const e of rec.events) {
+    guard(emit, 'event_payload', `event ${e.event_id}`, () => {
+      if (payloadHash(parseCanonical(e.payload_json)) !== e.payload_sha256) {
+        throw new Error('payload does not hash to payload_sha256');
+      }
+    });
+  }
+  const { op } = rec;
+  const created = rec.events.filter((e) => e.type === 'task.created');
+  if (op.state !== 'completed') {
+    for (const e of created) emit('creation_event', `event ${e.event_id}`, `task.created for a ${op.state} operation`);
+    return;
+  }
+  if (created.length !== 1) {
+    emit('creation_event', `operation ${op.id}`, `completed with ${created.length} task.created events`);
+    return;
+  }
+  const event = created[0]!;
+  if (event.revision !== 1)
+    emit('creation_event', `event ${event.event_id}`, `task.created has revision ${event.revision}`);
+  if (event.task_id !== op.task_id)
+    emit('creation_event', `event ${event.event_id}`, 'task.created names another task');
+  if (op.result_event_id !== null && op.result_event_id !== event.event_id) {
+    emit('creation_event', `event ${event.event_id}`, `the operation's result event is ${op.result_event_id}`);
+  }
+  if (rec.task && rec.task.creation_state !== 'completed') {
+    emit('task_state', `task ${op.task_id}`, `completed operation, task creation_state ${rec.task.creation_state}`);
+  }
+}
+
+function checkClaim(emit: Emit, rec: OperationRecord, claim: DispatchClaimRow): void {
+  const subject = `dispatch ${claim.id}`;
+  const { op } = rec;
+  if (op.state !== 'completed') {
+    emit('dispatch_claim', subject, `a dispatch claim for a ${op.state} operation`);
+    return;
+  }
+  const created = rec.events.find((e) => e.type === 'task.created');
+  if (created && new Date(claim.created_at).getTime() < new Date(created.created_at).getTime()) {
+    emit(
+      'launch_before_event',
+      subject,
+      `claimed at ${new Date(claim.created_at).toISOString()}, before task.created at ${new Date(created.created_at).toISOString()}`,
+    );
+  }
+  if (claim.task_id !== op.task_id) emit('dispatch_claim', subject, 'the claim names another task');
+  if (claim.idempotency_key !== dispatchIdempotencyKey(op.id, claim.session_id)) {
+    emit('dispatch_claim', subject, 'idempotency key is not task-launch/<operation>/<session>');
+  }
+  const intent = rec.steps.find((s) => s.kind === 'launch_intent' && s.step_key === claim.session_id);
+  if (!intent) emit('dispatch_claim', subject, 'no launch intent for this session');
+  else if (intent.request_sha256 !== claim.request_sha256) {
+    emit('dispatch_claim', subject, "request_sha256 is not the launch intent's");
+  }
+  if ((claim.evidence_json === null) !== (claim.evidence_sha256 === null)) {
+    emit('dispatch_claim', subject, 'evidence and its hash are not both present');
+    return;
+  }
+  if (claim.evidence_json === null) return;
+  guard(emit, 'dispatch_claim', subject, () => {
+    const doc = parseCanonical(claim.evidence_json!) as Record<string, unknown>;
+    if (domainHash(DISPATCH_EVIDENCE_DOMAIN, claim.evidence_json!) !== claim.evidence_sha256) {
+      throw new Error('evidence does not hash to evidence_sha256');
+    }
+    if (
+      doc.dispatch_id !== claim.id ||
+      doc.idempotency_key !== claim.idempotency_key ||
+      doc.request_sha256 !== claim.request_sha256
+    ) {
+      throw new Error('evidence names another dispatch');
+    }
+    if (claim.runtime_handle !== null && canonicalJson(doc.runtime_handle) !== claim.runtime_handle) {
+      throw new Error('evidence does not repeat the runtime handle');
+    }
+  });
+}
+
+export function checkOperation(rec: OperationRecord): Drift[] {
+  const { op } = rec;
+  const drift: Drift[] = [];
+  const emit: Emit = (code, subject, message) =>
+    drift.push({ code, operation_id: op.id, task_id: op.task_id, subject, message });
+  let plan: CreationPlan | null = null;
+  guard(emit, 'operation_binding', `operation ${op.id}`, () => {
+    plan = verifyStoredBindings(op).plan;
+  });
+  if (plan) guard(emit, 'step_set', `operation ${op.id}`, () => verifyStepSet(rec.steps, plan!));
+  for (const step of rec.steps) checkStep(emit, step, plan);
+  checkEvents(emit, rec);
+  for (const claim of rec.claims) checkClaim(emit, rec, claim);
+  for (const job of rec.cleanupJobs) {
+    guard(emit, 'cleanup_proof', `cleanup job ${job.id}`, () => {
+      if (cleanupProofHash(parseCanonical(job.proof_json)) !== job.proof_sha256) {
+        throw new Error('proof does not hash to proof_sha256');
+      }
+    });
+  }
+  return drift;
+}

@@ -1,0 +1,170 @@
+/**
+ * One page of the ledger for `taskledger verify`: up to `limit` creation
+ * operations after a cursor (by id), with their steps, outbox events, launch
+ * dispatch claims, cleanup jobs and task rows, all read from one snapshot
+ * (db/snapshot.ts), so a fleet running meanwhile cannot make a half-written
+ * creation look like drift.
+ */
+import { bool } from '../db/tx';
+import { readSnapshot, type SnapshotReader } from '../db/snapshot';
+import type { Db } from '../db/tx';
+import type { OperationRow } from '../store/operation-guard';
+import { STEP_COLUMNS } from '../store/step-rows';
+import type { StepRow } from '../store/types';
+
+export type VerifyStepRow = StepRow & {
+  compensation_evidence_json: string | null;
+  compensation_evidence_sha256: string | null;
+};
+
+export interface EventRow {
+  event_id: string;
+  operation_id: string;
+  task_id: string;
+  revision: number;
+  type: string;
+  payload_json: string;
+  payload_sha256: string;
+  created_at: Date;
+}
+
+export interface DispatchClaimRow {
+  id: string;
+  creation_operation_id: string;
+  task_id: string;
+  session_id: string;
+  state: string;
+  idempotency_key: string;
+  request_sha256: string;
+  runtime_handle: string | null;
+  evidence_json: string | null;
+  evidence_sha256: string | null;
+  created_at: Date;
+}
+
+export interface CleanupJobRow {
+  id: string;
+  operation_id: string;
+  kind: string;
+  proof_json: string;
+  proof_sha256: string;
+}
+
+export interface OperationRecord {
+  op: OperationRow;
+  /** The task row, or null when Abort removed it. */
+  task: { creation_state: string; lifecycle_state: string } | null;
+  steps: VerifyStepRow[];
+  events: EventRow[];
+  claims: DispatchClaimRow[];
+  cleanupJobs: CleanupJobRow[];
+}
+
+const OP_COLUMNS =
+  'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
+
+const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
+
+function byOperation<T>(rows: T[], key: (row: T) => string): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const row of rows) {
+    const k = key(row);
+    const list = out.get(k);
+    if (list) list.push(row);
+    else out.set(k, [row]);
+  }
+  return out;
+}
+
+async function readChildren(read: SnapshotReader, ids: string[], taskIds: string[]) {
+  const inOps = placeholders(ids.length);
+  const [steps, events, claims, cleanupJobs, tasks] = [
+    await read<VerifyStepRow>(
+      `SELECT ${STEP_COLUMNS}, compensation_evidence_json, compensation_evidence_sha256
+         FROM task_creation_steps WHERE operation_id IN (${inOps}) ORDER BY id`,
+      ids,
+    ),
+    await read<EventRow>(
+      `SELECT event_id, operation_id, task_id, revision, type, payload_json, payload_sha256, created_at
+         FROM event_outbox WHERE operation_id IN (${inOps}) ORDER BY seq`,
+      ids,
+    ),
+    await read<DispatchClaimRow>(
+      `SELECT id, creation_operation_id, task_id, session_id, state, idempotency_key, request_sha256, runtime_handle,
+              evidence_json, evidence_sha256, created_at
+         FROM task_launch_dispatch_claims WHERE creation_operation_id IN (${inOps}) ORDER BY id`,
+      ids,
+    ),
+    await read<CleanupJobRow>(
+      `SELECT id, operation_id, kind, proof_json, proof_sha256 FROM task_resource_cleanup_jobs
+        WHERE operation_id IN (${inOps}) ORDER BY id`,
+      ids,
+    ),
+    await read<{ id: string; creation_state: string; lifecycle_state: string }>(
+      `SELECT id, creation_state, lifecycle_state FROM tasks WHERE id IN (${placeholders(taskIds.length)})`,
+      taskIds,
+    ),
+  ];
+  return { steps, events, claims, cleanupJobs, tasks };
+}
+
+/** The page after `cursor` (exclusive), in id order; empty when there is none. */
+export async function readLedgerPage(
+  db: Db,
+  page: { cursor: string | null; limit: number; workspaceId?: string },
+): Promise<OperationRecord[]> {
+  return readSnapshot(db, async (read) => {
+    const where: string[] = [];
+    const params: string[] = [];
+    if (page.cursor !== null) {
+      where.push('id > ?');
+      params.push(page.cursor);
+    }
+    if (page.workspaceId) {
+      where.push('workspace_id = ?');
+      params.push(page.workspaceId);
+    }
+    const ops = (
+      await read<OperationRow>(
+        `SELECT ${OP_COLUMNS} FROM task_creation_operations ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+          ORDER BY id LIMIT ${Math.trunc(page.limit)}`,
+        params,
+      )
+    ).map((op) => ({
+      ...op,
+      generation: Number(op.generation),
+      release_applied: bool(op.release_applied),
+      result_revision: op.result_revision === null ? null : Number(op.result_revision),
+    }));
+    if (ops.length === 0) return [];
+    const c = await readChildren(
+      read,
+      ops.map((o) => o.id),
+      [...new Set(ops.map((o) => o.task_id))],
+    );
+    const steps = byOperation(
+      c.steps.map((s) => ({
+        ...s,
+        generation: Number(s.generation),
+        attempt: Number(s.attempt),
+        compensation_generation: Number(s.compensation_generation),
+      })),
+      (s) => s.operation_id,
+    );
+    const events = byOperation(
+      c.events.map((e) => ({ ...e, revision: Number(e.revision) })),
+      (e) => e.operation_id,
+    );
+    const claims = byOperation(c.claims, (x) => x.creation_operation_id);
+    const jobs = byOperation(c.cleanupJobs, (j) => j.operation_id);
+    const tasks = new Map(c.tasks.map((t) => [t.id, t]));
+    return ops.map((op) => ({
+      op,
+      task: tasks.get(op.task_id) ?? null,
+      steps: steps.get(op.id) ?? [],
+      events: events.get(op.id) ?? [],
+      claims: claims.get(op.id) ?? [],
+      cleanupJobs: jobs.get(op.id) ?? [],
+    }));
+  });
+}

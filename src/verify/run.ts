@@ -1,0 +1,73 @@
+/**
+ * `taskledger verify`'s loop: page through every creation operation (or one
+ * workspace's) in id order, check each page's ledger rows (verify/checks.ts),
+ * re-observe unfinished creations' effects (verify/observe.ts, unless
+ * `observe` is false), and report progress after each page. Read-only:
+ * snapshots for the ledger, the kinds' `observe` for the world.
+ */
+import type { Db } from '../db/tx';
+import type { StepHandlers } from '../steps';
+import type { EffectDeps } from '../steps/types';
+import { checkOperation } from './checks';
+import type { Drift, VerifyCounts, VerifyReport } from './drift';
+import { readLedgerPage } from './ledger-page';
+import { observeOperation } from './observe';
+
+export interface VerifyOptions {
+  workspaceId?: string;
+  /** Re-observe unfinished creations' effects (default true). */
+  observe: boolean;
+  /** Findings kept in the report; the rest are only counted. */
+  maxDrift: number;
+  /** Operations per snapshot. */
+  pageSize: number;
+}
+
+export interface VerifyDeps {
+  db: Db;
+  /** Needed only when observing. */
+  effects: EffectDeps | null;
+  handlers: StepHandlers;
+}
+
+export type VerifyProgress = (counts: VerifyCounts, driftSoFar: number) => void;
+
+export async function verifyLedger(
+  deps: VerifyDeps,
+  options: VerifyOptions,
+  progress: VerifyProgress = () => undefined,
+): Promise<VerifyReport> {
+  const counts: VerifyCounts = { operations: 0, steps: 0, events: 0, dispatch_claims: 0, cleanup_jobs: 0, observed: 0 };
+  const drift: Drift[] = [];
+  const byCode: VerifyReport['drift_by_code'] = {};
+  let total = 0;
+  const keep = (found: Drift[]) => {
+    total += found.length;
+    for (const d of found) {
+      byCode[d.code] = (byCode[d.code] ?? 0) + 1;
+      if (drift.length < options.maxDrift) drift.push(d);
+    }
+  };
+  let cursor: string | null = null;
+  for (;;) {
+    const page = await readLedgerPage(deps.db, { cursor, limit: options.pageSize, workspaceId: options.workspaceId });
+    if (page.length === 0) break;
+    for (const rec of page) {
+      counts.operations++;
+      counts.steps += rec.steps.length;
+      counts.events += rec.events.length;
+      counts.dispatch_claims += rec.claims.length;
+      counts.cleanup_jobs += rec.cleanupJobs.length;
+      keep(checkOperation(rec));
+      if (options.observe && deps.effects) {
+        const seen = await observeOperation(deps.effects, deps.handlers, rec);
+        counts.observed += seen.observed;
+        keep(seen.drift);
+      }
+    }
+    cursor = page[page.length - 1]!.op.id;
+    progress(counts, total);
+    if (page.length < options.pageSize) break;
+  }
+  return { counts, drift_by_code: byCode, drift, more: total - drift.length };
+}
