@@ -57,10 +57,7 @@ export const COMMANDS: readonly CommandInfo[] = [
 export const EXIT = { OK: 0, FAILED: 1, USAGE: 2 } as const;
 
 export function usage(): string {
-  const lines = COMMANDS.flatMap((c) => [
-    `  taskledger ${c.synopsis}`,
-    `      ${c.summary}`,
-  ]);
+  const lines = COMMANDS.flatMap((c) => [`  taskledger ${c.synopsis}`, `      ${c.summary}`]);
   return [
     'usage: taskledger <command> [options]',
     '',
