@@ -82,7 +82,8 @@ export async function verifyCommand(args: string[]): Promise<number> {
   await ds.initialize();
   const db: Db = { ds, dialect: config.db.dialect };
   const log = createLogger('taskledger-verify', 'warn');
-  let lastProgress = 0;
+  // Progress only for a run long enough to wait for: after a second, then at most once a second.
+  let lastProgress = Date.now();
   try {
     const report = await verifyLedger(
       {
