@@ -31,7 +31,7 @@ export interface OutboxDeps {
   queues: QueueSet;
   log: Logger;
   metrics: Metrics | null;
-  /** Extra in-process subscribers (tests, demo progress). */
+  /** Extra in-process subscribers (tests, demo progress): told of each event this process delivers. */
   subscribers?: ((event: OutboxEvent) => void)[];
 }
 
@@ -43,14 +43,26 @@ export interface DeliveryOptions {
   launchInPlace?: (job: LaunchJob) => Promise<unknown>;
 }
 
-async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOptions): Promise<void> {
+/**
+ * Delivers one event; returns false, having done nothing, when it is a launch
+ * event that another dispatcher (another process's pass over the same
+ * workspace) marked delivered after this pass read its batch. That check
+ * shares its round trip with the launch intents' read; any other event's
+ * delivery is only the subscribers, and a repeat costs no more than the check.
+ */
+async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOptions): Promise<boolean> {
   if (event.type === 'task.created' && event.payload.start_policy === 'immediate') {
-    const intents = await readRows<{ step_key: string }>(
+    const rows = await readRows<{ delivered_at: Date | null; step_key: string | null }>(
       deps.db,
-      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent' AND state = 'armed'",
-      [event.operation_id],
+      `SELECT e.delivered_at, s.step_key FROM event_outbox e
+         LEFT JOIN task_creation_steps s
+           ON s.operation_id = e.operation_id AND s.kind = 'launch_intent' AND s.state = 'armed'
+        WHERE e.event_id = ?`,
+      [event.event_id],
     );
-    for (const intent of intents) {
+    if (rows.length === 0 || rows[0]!.delivered_at !== null) return false;
+    for (const intent of rows) {
+      if (intent.step_key === null) continue;
       const job: LaunchJob = { operationId: event.operation_id, taskId: event.task_id, sessionId: intent.step_key };
       if (options.launchInPlace) {
         try {
@@ -66,6 +78,7 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOp
     }
   }
   for (const s of deps.subscribers ?? []) s(event);
+  return true;
 }
 
 export async function processOutboxJob(
@@ -88,7 +101,7 @@ export async function processOutboxJob(
         seq: String(row.seq),
         payload: parseCanonical(row.payload_json) as Record<string, unknown>,
       };
-      await deliver(deps, event, options);
+      if (!(await deliver(deps, event, options))) continue;
       const marked = await runTransaction(deps.db, 'MarkOutboxDelivered', async (tx) => {
         tx.lockRow(TIER.OUTBOX, 'event_outbox', event.event_id);
         return tx.exec(
