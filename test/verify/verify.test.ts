@@ -1,6 +1,7 @@
 /**
  * `taskledger verify`: a completed and launched creation and an unfinished
- * one verify clean, with every row counted; then each kind of tampering or
+ * one (its workspace attachment, attachment claim, worktree, session and
+ * launch intent re-observed) verify clean, with every row counted; then each kind of tampering or
  * lost effect is reported under its own code, and nothing else is; the
  * command's exit codes and report. Both dialects.
  */
@@ -21,6 +22,7 @@ import { verifyLedger } from '../../src/verify/run';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
+import { stageAttachmentFiles } from '../steps/support';
 
 const t = useTestDb();
 
@@ -63,7 +65,9 @@ async function world(): Promise<World> {
   );
   expect(launched).toBe('launched');
 
-  const open = await begin(t.db, ws, { ...body, title: 'open' });
+  // The unfinished one also claims the staged attachments: every local kind's observe runs.
+  await stageAttachmentFiles(t.db, ws);
+  const open = await begin(t.db, ws, { ...body, title: 'open', attachments: ws.attachmentIds });
   await driveAllSteps(t.db, { kind: 'handle', handle: open.handle! }, open.operationId, ws.dataDir);
   return { ws, done, open };
 }
@@ -106,14 +110,15 @@ describe('taskledger verify', () => {
     );
     expect(report.drift).toEqual([]);
     expect(report.more).toBe(0);
-    // Each creation plans workspace attachment, fresh branch, session and launch intent.
+    // Each creation plans workspace attachment, fresh branch, session and launch intent; the open one also
+    // its attachment claim, and all five of its steps are observed.
     expect(report.counts).toEqual({
       operations: 2,
-      steps: 8,
+      steps: 9,
       events: 1,
       dispatch_claims: 1,
       cleanup_jobs: 0,
-      observed: 4,
+      observed: 5,
     });
     expect(pages).toEqual([1, 2]);
   });
