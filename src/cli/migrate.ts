@@ -14,6 +14,7 @@ import type { DataSource } from 'typeorm';
 import { ensureDatabase } from '../db/admin';
 import { dbConfigFromEnv, type DbConfig } from '../db/config';
 import { createDataSource } from '../db/data-source';
+import { describeError } from './cli-db';
 import { redactUrl, scrubPassword } from './redact';
 import { EXIT } from './usage';
 
@@ -27,12 +28,6 @@ interface MigrationStatus {
 }
 
 /** The first useful message of a driver error (Node reports a refused dual-stack connect as an AggregateError with an empty message). */
-function describe(err: unknown): string {
-  if (err instanceof AggregateError && err.message === '' && err.errors.length > 0) return describe(err.errors[0]);
-  if (err instanceof Error) return err.message || (err as { code?: string }).code || err.name;
-  return String(err);
-}
-
 /** PostgreSQL 3D000 / MySQL 1049: the server answered but the database does not exist. */
 function isMissingDatabase(err: unknown): boolean {
   const e = err as { code?: string; errno?: number };
@@ -71,7 +66,7 @@ export async function migrateCommand(args: string[]): Promise<number> {
       allowPositionals: false,
     }).values;
   } catch (err) {
-    console.error(`taskledger migrate: ${describe(err)}\n${USAGE}`);
+    console.error(`taskledger migrate: ${describeError(err)}\n${USAGE}`);
     return EXIT.USAGE;
   }
   if (options.help) {
@@ -83,12 +78,12 @@ export async function migrateCommand(args: string[]): Promise<number> {
   try {
     config = dbConfigFromEnv();
   } catch (err) {
-    console.error(`taskledger migrate: ${describe(err)}`);
+    console.error(`taskledger migrate: ${describeError(err)}`);
     return EXIT.FAILED;
   }
   const where = redactUrl(config.url);
   const fail = (what: string, err: unknown): number => {
-    const message = scrubPassword(describe(err), config.url).replace(/\s*\n\s*/g, ' ');
+    const message = scrubPassword(describeError(err), config.url).replace(/\s*\n\s*/g, ' ');
     console.error(`taskledger migrate: ${what} ${where}: ${message}`);
     return EXIT.FAILED;
   };
@@ -107,7 +102,7 @@ export async function migrateCommand(args: string[]): Promise<number> {
     await ds.initialize();
   } catch (err) {
     const hint = isMissingDatabase(err) ? ' (run "taskledger migrate --create" to create it)' : '';
-    return fail('cannot connect to', new Error(describe(err) + hint));
+    return fail('cannot connect to', new Error(describeError(err) + hint));
   }
   try {
     if (options.status) {

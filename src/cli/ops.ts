@@ -8,10 +8,9 @@
  */
 import { parseArgs } from 'node:util';
 import { listOperations, readOperation } from '../api/operation-view';
-import { configFromEnv } from '../app/config';
-import { createDataSource } from '../db/data-source';
-import { readRows, type Db } from '../db/tx';
+import { readRows } from '../db/tx';
 import { OPERATION_STATES, STEP_STATES } from '../domain/vocab';
+import { withCliDb } from './cli-db';
 import { EXIT } from './usage';
 
 type Row = Record<string, unknown>;
@@ -39,17 +38,6 @@ function table(rows: string[][]): string {
     .join('\n');
 }
 
-async function withDb<T>(fn: (db: Db) => Promise<T>): Promise<T> {
-  const config = configFromEnv();
-  const ds = createDataSource(config.db, { poolSize: 2 });
-  await ds.initialize();
-  try {
-    return await fn({ ds, dialect: config.db.dialect });
-  } finally {
-    await ds.destroy();
-  }
-}
-
 async function list(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
@@ -75,7 +63,7 @@ async function list(args: string[]): Promise<number> {
     console.error('taskledger ops list: --limit must be 1..1000');
     return EXIT.USAGE;
   }
-  return withDb(async (db) => {
+  return withCliDb('ops', 2, async (db) => {
     let ops: Row[];
     if (isStepState) {
       ops = await readRows<Row>(
@@ -126,7 +114,7 @@ async function show(args: string[]): Promise<number> {
     console.error('usage: taskledger ops show <operation-id>');
     return EXIT.USAGE;
   }
-  return withDb(async (db) => {
+  return withCliDb('ops', 2, async (db) => {
     const op = await readOperation(db, id);
     if (!op) {
       console.error(`taskledger ops show: no creation operation ${id}`);

@@ -7,14 +7,12 @@
  * database could not be read); 2: bad usage.
  */
 import { parseArgs } from 'node:util';
-import { configFromEnv } from '../app/config';
-import { createDataSource } from '../db/data-source';
-import type { Db } from '../db/tx';
 import { createLogger } from '../log';
 import { createProviderRegistry } from '../providers/registry';
 import { defaultStepHandlers } from '../steps';
 import { DRIFT_CODES, type VerifyReport } from '../verify/drift';
 import { verifyLedger } from '../verify/run';
+import { withCliDb } from './cli-db';
 import { EXIT } from './usage';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -77,38 +75,30 @@ export async function verifyCommand(args: string[]): Promise<number> {
     return EXIT.USAGE;
   }
   const observe = !values['no-observe'];
-  const config = configFromEnv();
-  const ds = createDataSource(config.db, { poolSize: 2 });
-  await ds.initialize();
-  const db: Db = { ds, dialect: config.db.dialect };
-  const log = createLogger('taskledger-verify', 'warn');
-  // Progress only for a run long enough to wait for: after a second, then at most once a second.
-  let lastProgress = Date.now();
-  try {
+  const workspaceId = values.workspace;
+  const json = values.json === true;
+  return withCliDb('verify', 2, async (db, config) => {
+    const effects = observe
+      ? {
+          db,
+          dataDir: config.dataDir,
+          providers: createProviderRegistry({ timeoutMs: config.effectTimeoutMs }),
+          log: createLogger('taskledger-verify', 'warn'),
+          timeoutMs: config.effectTimeoutMs,
+        }
+      : null;
+    // Progress only for a run long enough to wait for: after a second, then at most once a second.
+    let lastProgress = Date.now();
     const report = await verifyLedger(
-      {
-        db,
-        handlers: defaultStepHandlers,
-        effects: observe
-          ? {
-              db,
-              dataDir: config.dataDir,
-              providers: createProviderRegistry({ timeoutMs: config.effectTimeoutMs }),
-              log,
-              timeoutMs: config.effectTimeoutMs,
-            }
-          : null,
-      },
-      { workspaceId: values.workspace, observe, maxDrift, pageSize: 200 },
+      { db, handlers: defaultStepHandlers, effects },
+      { workspaceId, observe, maxDrift, pageSize: 200 },
       (counts, drift) => {
         if (Date.now() - lastProgress < 1000) return;
         lastProgress = Date.now();
         console.error(`verify: ${counts.operations} operations checked, ${drift} drift so far`);
       },
     );
-    console.log(values.json ? JSON.stringify(report, null, 2) : render(report, observe));
+    console.log(json ? JSON.stringify(report, null, 2) : render(report, observe));
     return report.drift.length + report.more === 0 ? EXIT.OK : EXIT.FAILED;
-  } finally {
-    await ds.destroy();
-  }
+  });
 }
