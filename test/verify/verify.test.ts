@@ -13,16 +13,15 @@ import { verifyCommand } from '../../src/cli/verify';
 import { LocalProcessExecutor } from '../../src/launch/executor';
 import { processLaunchJob } from '../../src/launch/launch-worker';
 import { silentLogger } from '../../src/log';
-import { createProviderRegistry } from '../../src/providers/registry';
 import { defaultStepHandlers } from '../../src/steps';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { BeginResult, OperationAuthority } from '../../src/store/types';
 import type { VerifyReport } from '../../src/verify/drift';
-import { verifyLedger } from '../../src/verify/run';
+import { verifyLedger, type VerifyProgress } from '../../src/verify/run';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
-import { stageAttachmentFiles } from '../steps/support';
+import { effectDeps, stageAttachmentFiles } from '../steps/support';
 
 const t = useTestDb();
 
@@ -72,18 +71,12 @@ async function world(): Promise<World> {
   return { ws, done, open };
 }
 
-function verify(ws: SeededWorkspace, observe = true): Promise<VerifyReport> {
-  const effects = {
-    db: t.db,
-    dataDir: ws.dataDir,
-    providers: createProviderRegistry({ timeoutMs: 5000 }),
-    log: silentLogger(),
-    timeoutMs: 5000,
-  };
+function verify(ws: SeededWorkspace, observe = true, progress?: VerifyProgress): Promise<VerifyReport> {
   return verifyLedger(
-    { db: t.db, effects, handlers: defaultStepHandlers },
+    { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
     // One operation per page: the paging is exercised too.
     { workspaceId: ws.workspaceId, observe, maxDrift: 100, pageSize: 1 },
+    progress,
   );
 }
 
@@ -93,21 +86,7 @@ describe('taskledger verify', () => {
   it('finds no drift in a launched creation and an unfinished one, and counts every row', async () => {
     const w = await world();
     const pages: number[] = [];
-    const report = await verifyLedger(
-      {
-        db: t.db,
-        effects: {
-          db: t.db,
-          dataDir: w.ws.dataDir,
-          providers: createProviderRegistry({ timeoutMs: 5000 }),
-          log: silentLogger(),
-          timeoutMs: 5000,
-        },
-        handlers: defaultStepHandlers,
-      },
-      { workspaceId: w.ws.workspaceId, observe: true, maxDrift: 100, pageSize: 1 },
-      (counts) => pages.push(counts.operations),
-    );
+    const report = await verify(w.ws, true, (counts) => pages.push(counts.operations));
     expect(report.drift).toEqual([]);
     expect(report.more).toBe(0);
     // Each creation plans workspace attachment, fresh branch, session and launch intent; the open one also
