@@ -3,20 +3,26 @@
  * re-derives every stored hash of the ledger and checks its invariants
  * (verify/checks.ts), re-observes the effects of unfinished creations
  * (verify/observe.ts), and reports drift. Reads only. Progress goes to
- * stderr, the report to stdout. Exit 0: no drift; 1: drift found (or the
- * database could not be read); 2: bad usage.
+ * stderr, the report to stdout. Exit 0: no drift (effects that could not be
+ * observed, e.g. with the provider down, are listed but do not fail it); 1:
+ * drift found, or the database could not be read; 2: bad usage.
  */
 import { parseArgs } from 'node:util';
 import { createLogger } from '../log';
 import { createProviderRegistry } from '../providers/registry';
 import { defaultStepHandlers } from '../steps';
-import { DRIFT_CODES, type VerifyReport } from '../verify/drift';
+import { DRIFT_CODES, type Drift, type VerifyReport } from '../verify/drift';
 import { verifyLedger } from '../verify/run';
 import { withCliDb } from './cli-db';
 import { EXIT } from './usage';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const USAGE = 'usage: taskledger verify [--workspace <workspace-id>] [--no-observe] [--json] [--max-drift N]';
+
+const findingLine = (d: Drift) => {
+  const about = d.subject === `operation ${d.operation_id}` ? '' : `  ${d.subject}`;
+  return `  ${d.code}  operation ${d.operation_id}${about}: ${d.message}`;
+};
 
 function render(report: VerifyReport, observe: boolean): string {
   const c = report.counts;
@@ -26,19 +32,26 @@ function render(report: VerifyReport, observe: boolean): string {
         ? `; re-observed ${c.observed} effects of unfinished creations`
         : '; effects not re-observed (--no-observe)'),
   ];
+  if (c.unobserved > 0) {
+    lines.push(
+      `UNOBSERVED: ${c.unobserved} effect${c.unobserved === 1 ? '' : 's'} could not be observed (not proven either way):`,
+    );
+    lines.push(...report.unobserved.map(findingLine));
+  }
   const total = report.drift.length + report.more;
   if (total === 0) {
-    lines.push('no drift: every stored hash re-derives and every invariant holds');
+    lines.push(
+      c.unobserved > 0
+        ? 'no drift in what could be checked: every stored hash re-derives and every invariant holds'
+        : 'no drift: every stored hash re-derives and every invariant holds',
+    );
     return lines.join('\n');
   }
   const byCode = DRIFT_CODES.filter((code) => (report.drift_by_code[code] ?? 0) > 0).map(
     (code) => `${code} ${report.drift_by_code[code]}`,
   );
   lines.push(`DRIFT: ${total} finding${total === 1 ? '' : 's'} (${byCode.join(', ')})`);
-  for (const d of report.drift) {
-    const about = d.subject === `operation ${d.operation_id}` ? '' : `  ${d.subject}`;
-    lines.push(`  ${d.code}  operation ${d.operation_id}${about}: ${d.message}`);
-  }
+  lines.push(...report.drift.map(findingLine));
   if (report.more > 0) lines.push(`  ... and ${report.more} more (raise --max-drift to list them)`);
   return lines.join('\n');
 }

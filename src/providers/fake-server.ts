@@ -52,6 +52,8 @@ export interface FakeProviderServer {
   gitlabBaseUrl: string;
   addPullRequest(slug: string, number: number, state?: 'open' | 'closed' | 'merged'): void;
   addMergeRequest(projectPath: string, iid: number, state?: 'opened' | 'closed' | 'merged'): void;
+  /** Changes a PR's or MR's state and keeps its comments (a merge or a close upstream). */
+  setState(slug: string, number: number, state: 'open' | 'opened' | 'closed' | 'merged'): void;
   /** Seeds a comment (GitHub) or note (GitLab) written by someone else; returns its ID. */
   addComment(slug: string, number: number, body: string): string;
   /** Comments of a GitHub PR, else notes of a GitLab MR, ascending by ID. */
@@ -330,6 +332,11 @@ export async function startFakeProviderServer(options: FakeProviderOptions = {})
     addMergeRequest(projectPath, iid, state = 'opened') {
       if (!gitlab.has(projectPath)) gitlab.set(projectPath, { id: gitlab.size + 1, mrs: new Map() });
       gitlab.get(projectPath)!.mrs.set(iid, { state, comments: [] });
+    },
+    setState(slug, number, state) {
+      const t = ghThread(slug, number) ?? gitlab.get(slug)?.mrs.get(number);
+      if (!t) throw new Error(`fake provider: no PR/MR ${slug}#${number}`);
+      t.state = state;
     },
     addComment(slug, number, body) {
       const t = ghThread(slug, number) ?? gitlab.get(slug)?.mrs.get(number);

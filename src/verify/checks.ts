@@ -14,12 +14,18 @@
  * - dispatch claims: only for a completed operation, never created before its
  *   `task.created`, with the dispatch key and the launch intent's request
  *   hash, and evidence that hashes and names this claim;
+ * - ended steps: a completed creation's non-launch steps all `succeeded`
+ *   and its launch intent `armed` (or `cancelled` by workspace deletion); an
+ *   aborted creation's steps all pass Abort's own rule (`abortBlocker`:
+ *   nothing running or unknown, every effect compensated or transferred) and
+ *   its task row is gone;
  * - cleanup jobs: each proof against its hash.
  */
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { cleanupProofHash, compensationProofHash, domainHash, evidenceHash, payloadHash } from '../canonical/hash';
 import type { CreationPlan } from '../canonical/types';
 import { validateCompensationProof, validateStepEvidence } from '../canonical/validate';
+import { abortBlocker } from '../store/abort';
 import { DISPATCH_EVIDENCE_DOMAIN, dispatchIdempotencyKey } from '../store/launch-dispatch';
 import { verifyStoredBindings } from '../store/operation-guard';
 import { verifyStepRequest, verifyStepSet } from '../store/step-rows';
@@ -110,6 +116,27 @@ function checkEvents(emit: Emit, rec: OperationRecord): void {
   }
 }
 
+/** The step states an ended creation can hold (the same rules Complete and Abort apply). */
+function checkEndedSteps(emit: Emit, rec: OperationRecord): void {
+  const { op } = rec;
+  if (op.state === 'completed') {
+    for (const s of rec.steps) {
+      const done =
+        s.kind === 'launch_intent' ? s.state === 'armed' || s.state === 'cancelled' : s.state === 'succeeded';
+      if (!done) emit('step_state', stepSubject(s), `step is ${s.state} in a completed creation`);
+    }
+    if (op.result_event_id === null) emit('creation_event', `operation ${op.id}`, 'completed without a result event');
+  }
+  if (op.state === 'aborted') {
+    for (const s of rec.steps) {
+      // Cancelled intents belong to workspace deletion's Abort, which may hold them.
+      const blocker = s.state === 'cancelled' ? null : abortBlocker(s);
+      if (blocker) emit('step_state', stepSubject(s), `aborted, but ${blocker}`);
+    }
+    if (rec.task) emit('task_state', `task ${op.task_id}`, 'aborted, but the task row is still there');
+  }
+}
+
 function checkClaim(emit: Emit, rec: OperationRecord, claim: DispatchClaimRow): void {
   const subject = `dispatch ${claim.id}`;
   const { op } = rec;
@@ -169,6 +196,7 @@ export function checkOperation(rec: OperationRecord): Drift[] {
   if (plan) guard(emit, 'step_set', `operation ${op.id}`, () => verifyStepSet(rec.steps, plan!));
   for (const step of rec.steps) checkStep(emit, step, plan);
   checkEvents(emit, rec);
+  checkEndedSteps(emit, rec);
   for (const claim of rec.claims) checkClaim(emit, rec, claim);
   for (const job of rec.cleanupJobs) {
     guard(emit, 'cleanup_proof', `cleanup job ${job.id}`, () => {

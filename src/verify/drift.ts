@@ -20,7 +20,7 @@ export const DRIFT_CODES = [
   'event_payload',
   /** A completed operation without exactly one `task.created` (revision one, its result event), or one where none may be. */
   'creation_event',
-  /** The task row disagrees with its operation (a completed operation whose task is not `completed`). */
+  /** The task row disagrees with its operation (a completed operation's task not `completed`; an aborted one's still there). */
   'task_state',
   /** A dispatch claim whose key, request hash or evidence does not re-derive, or that exists before Complete. */
   'dispatch_claim',
@@ -30,6 +30,8 @@ export const DRIFT_CODES = [
   'cleanup_proof',
   /** Observation: a recorded effect of an unfinished creation is no longer exactly present. */
   'effect',
+  /** A completed creation whose steps are not all done (non-launch `succeeded`, launch intent `armed`/`cancelled`). */
+  'step_state',
 ] as const;
 
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -51,6 +53,8 @@ export interface VerifyCounts {
   cleanup_jobs: number;
   /** Steps whose effect was re-observed (unfinished creations only). */
   observed: number;
+  /** Of those, steps whose effect could not be observed (provider unreachable, I/O error). */
+  unobserved: number;
 }
 
 export interface VerifyReport {
@@ -60,4 +64,6 @@ export interface VerifyReport {
   drift: Drift[];
   /** Drift findings beyond `--max-drift` that were counted but not kept. */
   more: number;
+  /** Effects that could not be observed (up to `--max-drift` of them): not drift, not proven either. */
+  unobserved: Drift[];
 }

@@ -37,8 +37,17 @@ export async function verifyLedger(
   options: VerifyOptions,
   progress: VerifyProgress = () => undefined,
 ): Promise<VerifyReport> {
-  const counts: VerifyCounts = { operations: 0, steps: 0, events: 0, dispatch_claims: 0, cleanup_jobs: 0, observed: 0 };
+  const counts: VerifyCounts = {
+    operations: 0,
+    steps: 0,
+    events: 0,
+    dispatch_claims: 0,
+    cleanup_jobs: 0,
+    observed: 0,
+    unobserved: 0,
+  };
   const drift: Drift[] = [];
+  const unobserved: Drift[] = [];
   const byCode: VerifyReport['drift_by_code'] = {};
   let total = 0;
   const keep = (found: Drift[]) => {
@@ -62,6 +71,8 @@ export async function verifyLedger(
       if (options.observe && deps.effects) {
         const seen = await observeOperation(deps.effects, deps.handlers, rec);
         counts.observed += seen.observed;
+        counts.unobserved += seen.unobserved.length;
+        for (const u of seen.unobserved) if (unobserved.length < options.maxDrift) unobserved.push(u);
         keep(seen.drift);
       }
     }
@@ -69,5 +80,5 @@ export async function verifyLedger(
     progress(counts, total);
     if (page.length < options.pageSize) break;
   }
-  return { counts, drift_by_code: byCode, drift, more: total - drift.length };
+  return { counts, drift_by_code: byCode, drift, more: total - drift.length, unobserved };
 }

@@ -92,9 +92,9 @@ describe('bench targets', () => {
   it('a missed share states the CPU budget it implies and what the fleet spent', () => {
     const [share, pacedCheck, rss] = checkTargets(result(dbShape(15, 50, paced(100, 900)), 50, [150, 210]), 2);
     expect(share).toMatchObject({ name: 'db shape ≥ 60% of the ceiling', met: false });
-    // 2 cores × 1000 ms / (0.6 × 50/s) = 66.7 ms; spent = 10 + 40 + 2 + 38 + 2 + 1 (the load generator left out).
+    // 2 cores × 1000 ms / (0.6 × 50/s) = 66.7 ms; the fleet = 10 + 40 + 2 + 38 + 2 (`other` is not the fleet's).
     expect(share!.detail).toBe(
-      '30.0% (15.0 of 50.0 creations/s); that rate leaves at most 66.7 ms of machine CPU per creation (2 cores fully busy), the fleet spent 93.0 ms, 38.0 of them in the database',
+      "30.0% (15.0 of 50.0 creations/s); that rate leaves at most 66.7 ms of machine CPU per creation (2 cores fully busy), the fleet spent 92.0 ms, 38.0 of them in the database, and the bench's load generator 3.0 more",
     );
     expect(pacedCheck).toMatchObject({ name: 'paced p99 ≤ 60 ms at 100/s', met: false });
     expect(pacedCheck!.detail).toMatch(

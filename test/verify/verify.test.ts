@@ -98,6 +98,7 @@ describe('taskledger verify', () => {
       dispatch_claims: 1,
       cleanup_jobs: 0,
       observed: 5,
+      unobserved: 0,
     });
     expect(pages).toEqual([1, 2]);
   });
