@@ -3,7 +3,9 @@
  * workspace's) in id order, check each page's ledger rows (verify/checks.ts),
  * re-observe unfinished creations' effects (verify/observe.ts, unless
  * `observe` is false), and report progress after each page. Read-only:
- * snapshots for the ledger, the kinds' `observe` for the world.
+ * snapshots for the ledger, the kinds' `observe` for the world. It starts
+ * from operations: an event, dispatch claim or cleanup job whose operation
+ * row is missing is not read.
  */
 import type { Db } from '../db/tx';
 import type { StepHandlers } from '../steps';
