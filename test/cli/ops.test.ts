@@ -4,28 +4,18 @@
  * reads TASKLEDGER_DB_URL, the project's test database). Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { opsCommand } from '../../src/cli/ops';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { failTaskCreationStep } from '../../src/store/step-results';
+import { captureConsole } from '../support/console';
 import { sql, useTestDb } from '../support/db';
 import { ambiguousFailure } from '../support/evidence';
 import { begin, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
-let out: string[];
-let err: string[];
-
-beforeEach(() => {
-  out = [];
-  err = [];
-  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
-  vi.spyOn(console, 'error').mockImplementation((...a: unknown[]) => void err.push(a.join(' ')));
-});
-afterEach(() => {
-  vi.restoreAllMocks();
-});
+const cons = captureConsole();
 
 describe('taskledger ops', () => {
   it('lists operations with an unknown step and shows their timeline', async () => {
@@ -41,23 +31,23 @@ describe('taskledger ops', () => {
     await failTaskCreationStep(t.db, claim, ambiguousFailure());
 
     expect(await opsCommand(['list', '--state', 'unknown', '--workspace', ws.workspaceId])).toBe(0);
-    expect(out.join('\n')).toContain(res.operationId);
+    expect(cons.text()).toContain(res.operationId);
 
-    out = [];
+    cons.clear();
     expect(await opsCommand(['list', '--state', 'completed', '--workspace', ws.workspaceId])).toBe(0);
-    expect(out.join('\n')).toContain('no creation operations match');
+    expect(cons.text()).toContain('no creation operations match');
 
-    out = [];
+    cons.clear();
     expect(await opsCommand(['show', res.operationId])).toBe(0);
-    const text = out.join('\n');
+    const text = cons.text();
     expect(text).toContain(`operation  ${res.operationId}  preparing`);
     expect(text).toMatch(/session_prepare\s+\S+\s+unknown\s+1\s+1/);
     expect(text).toContain('launch_intent');
     expect(text).not.toContain('completion_token');
 
-    out = [];
+    cons.clear();
     expect(await opsCommand(['show', res.operationId, '--json'])).toBe(0);
-    const doc = JSON.parse(out.join('\n')) as { steps: { kind: string; state: string }[] };
+    const doc = JSON.parse(cons.text()) as { steps: { kind: string; state: string }[] };
     expect(doc.steps.find((s) => s.kind === 'session_prepare')!.state).toBe('unknown');
   });
 
@@ -77,7 +67,7 @@ describe('taskledger ops', () => {
       [jobId, ws.workspaceId, res.task.id, res.operationId, 'b'.repeat(64)],
     );
     expect(await opsCommand(['show', res.operationId])).toBe(0);
-    const text = out.join('\n');
+    const text = cons.text();
     expect(text).toMatch(/recovery\s+retry_compensation\s+generation 3\s+owner reaper:x/);
     expect(text).toMatch(
       new RegExp(`${jobId}\\s+fresh_branch_prepare\\s+worktree_touched\\s+unknown\\s+0\\s+b{12}\\s+marker_mismatch`),
@@ -86,7 +76,7 @@ describe('taskledger ops', () => {
 
   it('refuses bad arguments and reports a missing operation', async () => {
     expect(await opsCommand(['list', '--state', 'bogus'])).toBe(2);
-    expect(err.join('\n')).toContain('unknown state "bogus"');
+    expect(cons.err.join('\n')).toContain('unknown state "bogus"');
     expect(await opsCommand(['show', 'not-an-id'])).toBe(2);
     expect(await opsCommand(['show', randomUUID()])).toBe(1);
     expect(await opsCommand(['frob'])).toBe(2);

@@ -7,7 +7,7 @@
  */
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { verifyCommand } from '../../src/cli/verify';
 import { LocalProcessExecutor } from '../../src/launch/executor';
@@ -18,6 +18,7 @@ import { completeTaskCreation } from '../../src/store/complete';
 import type { BeginResult, OperationAuthority } from '../../src/store/types';
 import type { VerifyReport } from '../../src/verify/drift';
 import { verifyLedger, type VerifyProgress } from '../../src/verify/run';
+import { captureConsole } from '../support/console';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
@@ -158,17 +159,7 @@ describe('taskledger verify', () => {
   });
 
   describe('the command', () => {
-    let out: string[];
-    let err: string[];
-    beforeEach(() => {
-      out = [];
-      err = [];
-      vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
-      vi.spyOn(console, 'error').mockImplementation((...a: unknown[]) => void err.push(a.join(' ')));
-    });
-    afterEach(() => {
-      vi.restoreAllMocks();
-    });
+    const cons = captureConsole();
 
     it('exits 0 on a clean ledger and 1 with the findings listed once one row is tampered', async () => {
       const ws = await seedWorkspace(t.db);
@@ -179,16 +170,16 @@ describe('taskledger verify', () => {
       expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
 
       expect(await verifyCommand(['--workspace', ws.workspaceId, '--no-observe'])).toBe(0);
-      expect(out.join('\n')).toContain('checked 1 creation operations: 1 steps, 1 events, 0 dispatch claims');
-      expect(out.join('\n')).toContain('no drift');
+      expect(cons.text()).toContain('checked 1 creation operations: 1 steps, 1 events, 0 dispatch claims');
+      expect(cons.text()).toContain('no drift');
 
       await sql(t.db, 'UPDATE task_creation_steps SET request_sha256 = ? WHERE operation_id = ?', [
         'a'.repeat(64),
         res.operationId,
       ]);
-      out = [];
+      cons.clear();
       expect(await verifyCommand(['--workspace', ws.workspaceId, '--no-observe'])).toBe(1);
-      const text = out.join('\n');
+      const text = cons.text();
       // The row's request hash no longer re-derives, and its evidence names the request it was recorded for.
       expect(text).toContain('DRIFT: 2 findings (step_request 1, step_evidence 1)');
       expect(text).toMatch(
@@ -197,11 +188,11 @@ describe('taskledger verify', () => {
         ),
       );
 
-      out = [];
+      cons.clear();
       expect(await verifyCommand(['--workspace', ws.workspaceId, '--no-observe', '--json', '--max-drift', '0'])).toBe(
         1,
       );
-      const doc = JSON.parse(out.join('\n')) as VerifyReport;
+      const doc = JSON.parse(cons.text()) as VerifyReport;
       expect(doc).toMatchObject({ drift: [], more: 2, counts: { operations: 1, steps: 1 } });
     });
   });
