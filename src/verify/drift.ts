@@ -28,6 +28,8 @@ export const DRIFT_CODES = [
   'launch_before_event',
   /** A cleanup job's proof does not hash to `proof_sha256`. */
   'cleanup_proof',
+  /** A `task.created` event, dispatch claim or cleanup job whose creation operation is missing. */
+  'orphan_row',
   /** Observation: a recorded effect of an unfinished creation is no longer exactly present. */
   'effect',
   /** A completed creation whose steps are not all done (non-launch `succeeded`, launch intent `armed`/`cancelled`). */

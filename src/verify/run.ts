@@ -3,9 +3,9 @@
  * workspace's) in id order, check each page's ledger rows (verify/checks.ts),
  * re-observe unfinished creations' effects (verify/observe.ts, unless
  * `observe` is false), and report progress after each page. Read-only:
- * snapshots for the ledger, the kinds' `observe` for the world. It starts
- * from operations: an event, dispatch claim or cleanup job whose operation
- * row is missing is not read.
+ * snapshots for the ledger, the kinds' `observe` for the world. Pages start
+ * from operations; a last pass (verify/orphans.ts) finds the events,
+ * dispatch claims and cleanup jobs whose operation row is missing.
  */
 import type { Db } from '../db/tx';
 import type { StepHandlers } from '../steps';
@@ -14,6 +14,10 @@ import { checkOperation } from './checks';
 import type { Drift, VerifyCounts, VerifyReport } from './drift';
 import { readLedgerPage } from './ledger-page';
 import { observeOperation } from './observe';
+import { findOrphans } from './orphans';
+
+/** Why 10,000: orphans mean hand edits or a broken restore; beyond this many of one kind the count stops mattering. */
+const ORPHANS_PER_KIND = 10_000;
 
 export interface VerifyOptions {
   workspaceId?: string;
@@ -82,5 +86,6 @@ export async function verifyLedger(
     progress(counts, total);
     if (page.length < options.pageSize) break;
   }
+  keep(await findOrphans(deps.db, { workspaceId: options.workspaceId, limit: ORPHANS_PER_KIND }));
   return { counts, drift_by_code: byCode, drift, more: total - drift.length, unobserved };
 }

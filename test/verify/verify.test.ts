@@ -5,6 +5,7 @@
  * lost effect is reported under its own code, and nothing else is; the
  * command's exit codes and report. Both dialects.
  */
+import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -136,6 +137,16 @@ describe('taskledger verify', () => {
     );
     rmSync(repo!.worktree_path, { recursive: true, force: true });
 
+    // A dispatch claim whose creation operation the ledger does not hold.
+    const ghost = randomUUID();
+    await sql(
+      t.db,
+      `INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id, workspace_id, idempotency_key,
+                                                request_sha256, lifecycle_generation, state, generation, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, 'task-launch/x/y', ?, 1, 'planned', 0, ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'}, ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'})`,
+      [randomUUID(), ghost, randomUUID(), randomUUID(), w.ws.workspaceId, 'c'.repeat(64)],
+    );
+
     const report = await verify(w.ws);
     expect(codesOf(report)).toEqual(
       [
@@ -145,6 +156,7 @@ describe('taskledger verify', () => {
         `task_state ${done.operationId}`,
         `step_evidence ${open.operationId}`,
         `effect ${open.operationId}`,
+        `orphan_row ${ghost}`,
       ].sort(),
     );
     const effect = report.drift.find((d) => d.code === 'effect')!;
@@ -154,7 +166,7 @@ describe('taskledger verify', () => {
 
     // Without observation the lost worktree goes unseen; the ledger findings stay.
     const ledgerOnly = await verify(w.ws, false);
-    expect(codesOf(ledgerOnly)).toHaveLength(5);
+    expect(codesOf(ledgerOnly)).toHaveLength(6);
     expect(ledgerOnly.counts.observed).toBe(0);
   });
 
