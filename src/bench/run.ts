@@ -21,7 +21,7 @@ import { rm, mkdtemp } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { hostname, cpus, loadavg, totalmem, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
+import { deleteQueuePrefix } from '../runtime/redis';
 import { redactUrl } from '../cli/redact';
 import type { Dialect } from '../db/config';
 import { readRows, type Db } from '../db/tx';
@@ -179,21 +179,6 @@ function watchChildren(children: readonly BenchChild[]): { died: Promise<never>;
       armed = false;
     },
   };
-}
-
-async function cleanupRedis(url: string, prefix: string): Promise<void> {
-  const redis = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
-  try {
-    await redis.connect();
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    redis.disconnect();
-  }
 }
 
 async function runShape(
@@ -465,7 +450,7 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
     client?.close();
     await Promise.all(children.filter(isRunning).map(stopChild));
     await bench.close();
-    await cleanupRedis(options.redisUrl, prefix).catch(() => undefined);
+    await deleteQueuePrefix(options.redisUrl, prefix).catch(() => undefined);
     for (const dir of scratch) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
   }
 }

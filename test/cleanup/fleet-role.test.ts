@@ -12,6 +12,7 @@ import { configFromEnv } from '../../src/app/config';
 import { runPendingCompensations } from '../../src/compensation/run';
 import { startFleet } from '../../src/fleet/fleet';
 import { silentLogger } from '../../src/log';
+import { deleteQueuePrefix } from '../../src/runtime/redis';
 import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { sql, useTestDb } from '../support/db';
 import { cleanupJob, compensation, failedCreation, seeded } from '../compensation/support';
@@ -38,13 +39,14 @@ describe('the cleanup role', () => {
     expect((await runPendingCompensations(c.deps, c.operationId, 'comp-1')).transferred).toBe(1);
     const jobId = (await compensation(t.db, c.step('fresh_branch_prepare').id)).jobId!;
 
+    const config = {
+      ...configFromEnv(),
+      dataDir: ws.dataDir,
+      queuePrefix: `tl-test-${randomUUID().slice(0, 8)}`,
+      sweepMs: 200,
+    };
     const fleet = await startFleet({
-      config: {
-        ...configFromEnv(),
-        dataDir: ws.dataDir,
-        queuePrefix: `tl-test-${randomUUID().slice(0, 8)}`,
-        sweepMs: 200,
-      },
+      config,
       roles: ['cleanup'],
       log: silentLogger(),
       poolSize: 2,
@@ -59,6 +61,7 @@ describe('the cleanup role', () => {
       );
     } finally {
       await fleet.stop();
+      await deleteQueuePrefix(config.redisUrl, config.queuePrefix);
     }
     expect(existsSync(row!.worktree_path)).toBe(false);
     expect(existsSync(join(ws.dataDir, 'quarantine', ws.workspaceId, jobId))).toBe(true);

@@ -14,12 +14,12 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main';
 import { verifyCommand } from '../../src/cli/verify';
 import type { VerifyReport } from '../../src/verify/drift';
 import { dbConfigFromEnv } from '../../src/db/config';
+import { deleteQueuePrefix } from '../../src/runtime/redis';
 import { count, sql, useTestDb } from '../support/db';
 import { begin } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
@@ -90,17 +90,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // The demo leaves its reaper scheduler and finished-job keys under its prefix.
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    redis.disconnect();
-  }
+  await deleteQueuePrefix(redisUrl, prefix);
   rmSync(dataDir, { recursive: true, force: true });
 });
 

@@ -13,6 +13,7 @@ import { startFleet, type Fleet } from '../../src/fleet/fleet';
 import type { Role } from '../../src/fleet/roles';
 import { silentLogger } from '../../src/log';
 import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
+import { deleteQueuePrefix } from '../../src/runtime/redis';
 import { stagedAttachmentPath } from '../../src/storage/paths';
 import type { Db } from '../../src/db/tx';
 import { sql } from '../support/db';
@@ -83,6 +84,7 @@ export async function startWorld(db: Db, roles?: Role[]): Promise<FleetWorld> {
     async stop() {
       await fleet.stop();
       await provider.close();
+      await deleteQueuePrefix(config.redisUrl, config.queuePrefix);
     },
   };
 }
