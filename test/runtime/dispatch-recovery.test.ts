@@ -47,7 +47,7 @@ afterEach(async () => {
     }
   }
   for (const q of queueSets.splice(0)) {
-    await q.get(LAUNCH_QUEUE).obliterate({ force: true });
+    for (const queue of q.all()) await queue.obliterate({ force: true });
     await q.close();
   }
 });
