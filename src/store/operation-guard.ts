@@ -50,10 +50,12 @@ export interface GuardedOperation {
   actor: ActorBindingDocument;
 }
 
-const OP_COLUMNS =
+/** Every operation column a guard or a reader (verify) needs. */
+export const OP_COLUMNS =
   'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
 
-function normalizeOp(row: OperationRow): OperationRow {
+/** Driver values to their types (MySQL booleans, bigint strings). */
+export function normalizeOp(row: OperationRow): OperationRow {
   return {
     ...row,
     generation: Number(row.generation),

@@ -22,7 +22,8 @@ export interface StepRef {
   stepKey: string;
 }
 
-function normalize(row: StepRow): StepRow {
+/** Driver values to their types (counters as numbers). */
+export function normalizeStep<T extends StepRow>(row: T): T {
   return {
     ...row,
     generation: Number(row.generation),
@@ -45,7 +46,7 @@ export async function lockStepsLocked(tx: Tx, operationId: string): Promise<Step
   // acquisitions right after (an out-of-order call still throws and rolls back with zero writes).
   const { sql, params } = stepsLockStatement(operationId);
   const rows = await tx.rows<StepRow>(sql, [...params]);
-  const sorted = rows.map(normalize).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const sorted = rows.map(normalizeStep).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   for (const s of sorted) tx.lockRow(TIER.STEP, 'task_creation_steps', s.id);
   return sorted;
 }

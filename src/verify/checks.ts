@@ -54,35 +54,49 @@ function guard(emit: Emit, code: DriftCode, subject: string, check: () => void):
 
 const stepSubject = (s: VerifyStepRow) => `step ${s.kind}/${s.step_key}`;
 
+/**
+ * A stored JSON document and its hash column: both set or both null, and the
+ * parsed, validated document re-derives the stored hash.
+ */
+function checkHashed(
+  emit: Emit,
+  code: DriftCode,
+  subject: string,
+  what: string,
+  stored: { json: string | null; sha256: string | null },
+  rehash: (doc: unknown) => string,
+): void {
+  if ((stored.json === null) !== (stored.sha256 === null)) {
+    emit(code, subject, `${what} and its hash are not both present`);
+    return;
+  }
+  if (stored.json === null) return;
+  guard(emit, code, subject, () => {
+    if (rehash(parseCanonical(stored.json!)) !== stored.sha256)
+      throw new Error(`${what} does not hash to its stored hash`);
+  });
+}
+
 function checkStep(emit: Emit, step: VerifyStepRow, plan: CreationPlan | null): void {
   const subject = stepSubject(step);
   if (plan) guard(emit, 'step_request', subject, () => verifyStepRequest(step, plan));
-  if ((step.evidence_json === null) !== (step.evidence_sha256 === null)) {
-    emit('step_evidence', subject, 'evidence and its hash are not both present');
-  } else if (step.evidence_json !== null) {
-    guard(emit, 'step_evidence', subject, () => {
-      const evidence = validateStepEvidence(parseCanonical(step.evidence_json!), {
-        kind: step.kind,
-        step_key: step.step_key,
-        request_sha256: step.request_sha256,
-      });
-      if (evidenceHash(evidence) !== step.evidence_sha256) throw new Error('evidence does not hash to evidence_sha256');
-    });
-  }
-  if ((step.compensation_evidence_json === null) !== (step.compensation_evidence_sha256 === null)) {
-    emit('compensation_proof', subject, 'compensation proof and its hash are not both present');
-  } else if (step.compensation_evidence_json !== null) {
-    guard(emit, 'compensation_proof', subject, () => {
-      const proof = validateCompensationProof(parseCanonical(step.compensation_evidence_json!), {
-        kind: step.kind,
-        step_key: step.step_key,
-        request_sha256: step.request_sha256,
-      });
-      if (compensationProofHash(proof) !== step.compensation_evidence_sha256) {
-        throw new Error('compensation proof does not hash to compensation_evidence_sha256');
-      }
-    });
-  }
+  const expected = { kind: step.kind, step_key: step.step_key, request_sha256: step.request_sha256 };
+  checkHashed(
+    emit,
+    'step_evidence',
+    subject,
+    'evidence',
+    { json: step.evidence_json, sha256: step.evidence_sha256 },
+    (doc) => evidenceHash(validateStepEvidence(doc, expected)),
+  );
+  checkHashed(
+    emit,
+    'compensation_proof',
+    subject,
+    'compensation proof',
+    { json: step.compensation_evidence_json, sha256: step.compensation_evidence_sha256 },
+    (doc) => compensationProofHash(validateCompensationProof(doc, expected)),
+  );
 }
 
 function checkEvents(emit: Emit, rec: OperationRecord): void {
@@ -161,27 +175,28 @@ function checkClaim(emit: Emit, rec: OperationRecord, claim: DispatchClaimRow): 
   else if (intent.request_sha256 !== claim.request_sha256) {
     emit('dispatch_claim', subject, "request_sha256 is not the launch intent's");
   }
-  if ((claim.evidence_json === null) !== (claim.evidence_sha256 === null)) {
-    emit('dispatch_claim', subject, 'evidence and its hash are not both present');
-    return;
-  }
-  if (claim.evidence_json === null) return;
-  guard(emit, 'dispatch_claim', subject, () => {
-    const doc = parseCanonical(claim.evidence_json!) as Record<string, unknown>;
-    if (domainHash(DISPATCH_EVIDENCE_DOMAIN, claim.evidence_json!) !== claim.evidence_sha256) {
-      throw new Error('evidence does not hash to evidence_sha256');
-    }
-    if (
-      doc.dispatch_id !== claim.id ||
-      doc.idempotency_key !== claim.idempotency_key ||
-      doc.request_sha256 !== claim.request_sha256
-    ) {
-      throw new Error('evidence names another dispatch');
-    }
-    if (claim.runtime_handle !== null && canonicalJson(doc.runtime_handle) !== claim.runtime_handle) {
-      throw new Error('evidence does not repeat the runtime handle');
-    }
-  });
+  // The evidence names this claim, repeats its runtime handle, and hashes (its canonical text) to the stored hash.
+  checkHashed(
+    emit,
+    'dispatch_claim',
+    subject,
+    'evidence',
+    { json: claim.evidence_json, sha256: claim.evidence_sha256 },
+    (value) => {
+      const doc = value as Record<string, unknown>;
+      if (
+        doc.dispatch_id !== claim.id ||
+        doc.idempotency_key !== claim.idempotency_key ||
+        doc.request_sha256 !== claim.request_sha256
+      ) {
+        throw new Error('evidence names another dispatch');
+      }
+      if (claim.runtime_handle !== null && canonicalJson(doc.runtime_handle) !== claim.runtime_handle) {
+        throw new Error('evidence does not repeat the runtime handle');
+      }
+      return domainHash(DISPATCH_EVIDENCE_DOMAIN, canonicalJson(doc));
+    },
+  );
 }
 
 export function checkOperation(rec: OperationRecord): Drift[] {

@@ -5,11 +5,10 @@
  * (db/snapshot.ts), so a fleet running meanwhile cannot make a half-written
  * creation look like drift.
  */
-import { bool } from '../db/tx';
 import { readSnapshot, type SnapshotReader } from '../db/snapshot';
 import type { Db } from '../db/tx';
-import type { OperationRow } from '../store/operation-guard';
-import { STEP_COLUMNS } from '../store/step-rows';
+import { normalizeOp, OP_COLUMNS, type OperationRow } from '../store/operation-guard';
+import { normalizeStep, STEP_COLUMNS } from '../store/step-rows';
 import type { StepRow } from '../store/types';
 
 export type VerifyStepRow = StepRow & {
@@ -59,9 +58,6 @@ export interface OperationRecord {
   claims: DispatchClaimRow[];
   cleanupJobs: CleanupJobRow[];
 }
-
-const OP_COLUMNS =
-  'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
 
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 
@@ -130,27 +126,14 @@ export async function readLedgerPage(
           ORDER BY id LIMIT ${Math.trunc(page.limit)}`,
         params,
       )
-    ).map((op) => ({
-      ...op,
-      generation: Number(op.generation),
-      release_applied: bool(op.release_applied),
-      result_revision: op.result_revision === null ? null : Number(op.result_revision),
-    }));
+    ).map(normalizeOp);
     if (ops.length === 0) return [];
     const c = await readChildren(
       read,
       ops.map((o) => o.id),
       [...new Set(ops.map((o) => o.task_id))],
     );
-    const steps = byOperation(
-      c.steps.map((s) => ({
-        ...s,
-        generation: Number(s.generation),
-        attempt: Number(s.attempt),
-        compensation_generation: Number(s.compensation_generation),
-      })),
-      (s) => s.operation_id,
-    );
+    const steps = byOperation(c.steps.map(normalizeStep), (s) => s.operation_id);
     const events = byOperation(
       c.events.map((e) => ({ ...e, revision: Number(e.revision) })),
       (e) => e.operation_id,

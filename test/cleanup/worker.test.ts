@@ -10,26 +10,19 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runDueCleanupJobs } from '../../src/cleanup/worker';
 import { runPendingCompensations } from '../../src/compensation/run';
-import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { abortTaskCreation } from '../../src/store/abort';
 import { claimCleanupJob, finishCleanupJob } from '../../src/store/cleanup-jobs';
 import { count, sql, useTestDb } from '../support/db';
 import { expectTyped } from '../support/ledger';
 import { executorsRunningInsert, git } from '../steps/support';
-import { cleanupJob, compensation, failedCreation, recovery, seeded } from '../compensation/support';
+import { cleanupJob, compensation, failedCreation, recovery, seeded, useFakeProvider } from '../compensation/support';
 
 const t = useTestDb();
-let provider: FakeProviderServer;
+const fake = useFakeProvider();
 let pr = 500;
-beforeAll(async () => {
-  provider = await startFakeProviderServer();
-});
-afterAll(async () => {
-  await provider?.close();
-});
 
 const EMPTY = { compensated: 0, transferred: 0, retry: 0, unknown: 0 };
 
@@ -43,7 +36,7 @@ async function worktreeRow(operationId: string) {
 }
 
 async function transferredCreation(kind: 'fresh_branch_prepare' | 'workspace_attachment' | 'session_prepare') {
-  const ws = await seeded(t.db, provider, ++pr);
+  const ws = await seeded(t.db, fake.server, ++pr);
   return failedCreation(t.db, ws, [kind], 'attachment_claim', pr);
 }
 
@@ -155,7 +148,7 @@ describe('cleanup job claims', () => {
 
 describe('rows that changed since the step', () => {
   it('workspace_attachment: a member row someone changed transfers; the worker touches nothing and says why', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['workspace_attachment'], 'attachment_claim', pr);
     await sql(t.db, "UPDATE workspace_group_members SET role = 'lead' WHERE task_id = ?", [c.taskId]);
     expect(await runPendingCompensations(c.deps, c.operationId, 'comp-1')).toEqual({ ...EMPTY, transferred: 1 });
@@ -204,20 +197,20 @@ describe('rows that changed since the step', () => {
 
 describe('a provider that refuses', () => {
   it('transfers the marker comment; the worker deletes it once the credentials work again', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['remote_contribution_associate'], 'attachment_claim', pr);
-    expect(provider.comments('acme/app', pr)).toHaveLength(1);
+    expect(fake.server.comments('acme/app', pr)).toHaveLength(1);
     await sql(t.db, "UPDATE provider_connections SET token = 'revoked' WHERE id = ?", [ws.connectionId]);
     expect(await runPendingCompensations(c.deps, c.operationId, 'comp-1')).toEqual({ ...EMPTY, transferred: 1 });
     const comp = await compensation(t.db, c.step('remote_contribution_associate').id);
     expect(await cleanupJob(t.db, comp.jobId!)).toMatchObject({ reason: 'provider_refused' });
     await abortTaskCreation(t.db, recovery(c.operationId), 'step_failed');
     expect((await runDueCleanupJobs(c.deps, 'cleaner-1', { workspaceId: ws.workspaceId })).unknown).toBe(1);
-    expect(provider.comments('acme/app', pr)).toHaveLength(1);
+    expect(fake.server.comments('acme/app', pr)).toHaveLength(1);
     await sql(t.db, "UPDATE provider_connections SET token = 'ghp_test' WHERE id = ?", [ws.connectionId]);
     await sql(t.db, "UPDATE task_resource_cleanup_jobs SET state = 'pending' WHERE id = ?", [comp.jobId!]);
     expect((await runDueCleanupJobs(c.deps, 'cleaner-1', { workspaceId: ws.workspaceId })).done).toBe(1);
-    expect(provider.comments('acme/app', pr)).toHaveLength(0);
+    expect(fake.server.comments('acme/app', pr)).toHaveLength(0);
     expect(await count(t.db, 'task_remote_contribution_associations', 'task_id = ?', [c.taskId])).toBe(0);
   });
 });

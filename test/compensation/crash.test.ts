@@ -8,27 +8,20 @@
  * PostgreSQL and MySQL/MariaDB.
  */
 import { existsSync } from 'node:fs';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { reconcileUnknownCompensation } from '../../src/compensation/reconcile';
 import { runPendingCompensations } from '../../src/compensation/run';
 import { armFailpoint, disarmAll, FailpointError, failpointHits } from '../../src/failpoints';
-import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { abortTaskCreation } from '../../src/store/abort';
 import { expireTaskCreationLeases } from '../../src/store/lease-expiry';
 import { count, sql, useTestDb } from '../support/db';
 import { expectTyped } from '../support/ledger';
 import { git } from '../steps/support';
-import { compensation, failedCreation, recovery, seeded } from './support';
+import { compensation, failedCreation, recovery, seeded, useFakeProvider } from './support';
 
 const t = useTestDb();
-let provider: FakeProviderServer;
+const fake = useFakeProvider();
 let pr = 300;
-beforeAll(async () => {
-  provider = await startFakeProviderServer();
-});
-afterAll(async () => {
-  await provider?.close();
-});
 afterEach(() => disarmAll());
 
 async function backdateCompensationLease(operationId: string): Promise<void> {
@@ -42,7 +35,7 @@ async function backdateCompensationLease(operationId: string): Promise<void> {
 
 describe('a crash during compensation', () => {
   it('leaves it running, the lease expires to unknown, and reconciliation finishes it from observation', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['fresh_branch_prepare'], 'attachment_claim', pr);
     const step = c.step('fresh_branch_prepare');
     const [row] = await sql<{ worktree_path: string; branch: string }>(
@@ -80,7 +73,7 @@ describe('a crash during compensation', () => {
   });
 
   it('a crash before a database-only undo leaves the rows; reconciliation deletes them then', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['session_prepare'], 'attachment_claim', pr);
     armFailpoint('during_compensation', { kind: 'throw' });
     await expect(runPendingCompensations(c.deps, c.operationId, 'doomed')).rejects.toBeInstanceOf(FailpointError);
@@ -94,7 +87,7 @@ describe('a crash during compensation', () => {
   });
 
   it('the stale claim of the crashed runner can no longer record after reconciliation', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['workspace_attachment'], 'attachment_claim', pr);
     const { claimTaskCreationCompensation, completeTaskCreationCompensation, compensationProofOf } =
       await import('../../src/store/compensation');

@@ -3,25 +3,18 @@
  * undo that takes longer than the lease still records; a renewal on a stale
  * or expired claim changes nothing and says `stale_claim`. Both dialects.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { runPendingCompensations } from '../../src/compensation/run';
 import { armFailpoint, disarmAll, failpointHits } from '../../src/failpoints';
-import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { claimTaskCreationCompensation } from '../../src/store/compensation';
 import { renewTaskCreationCompensationLease } from '../../src/store/compensation-lease';
 import { sql, useTestDb } from '../support/db';
 import { expectTyped } from '../support/ledger';
-import { compensation, failedCreation, recovery, seeded } from './support';
+import { compensation, failedCreation, recovery, seeded, useFakeProvider } from './support';
 
 const t = useTestDb();
-let provider: FakeProviderServer;
+const fake = useFakeProvider();
 let pr = 700;
-beforeAll(async () => {
-  provider = await startFakeProviderServer();
-});
-afterAll(async () => {
-  await provider?.close();
-});
 afterEach(() => disarmAll());
 
 const leaseOf = async (stepId: string) => {
@@ -35,7 +28,7 @@ const leaseOf = async (stepId: string) => {
 
 describe('compensation lease', () => {
   it('renewal extends a live claim; a stale or expired one is refused with zero writes', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['session_prepare'], 'attachment_claim', pr);
     const ref = { kind: 'session_prepare' as const, stepKey: c.step('session_prepare').step_key };
     const claim = await claimTaskCreationCompensation(t.db, recovery(c.operationId), ref, 'runner-1', 2_000);
@@ -59,7 +52,7 @@ describe('compensation lease', () => {
   });
 
   it('an undo that outlasts its lease keeps the claim alive through the heartbeat and records', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['session_prepare'], 'attachment_claim', pr);
     const stepId = c.step('session_prepare').id;
     const seen: boolean[] = [];

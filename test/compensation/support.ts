@@ -7,7 +7,8 @@
 import type { Db } from '../../src/db/tx';
 import type { StepKind } from '../../src/domain/vocab';
 import { silentLogger } from '../../src/log';
-import type { FakeProviderServer } from '../../src/providers/fake-server';
+import { afterAll, beforeAll } from 'vitest';
+import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { defaultStepHandlers } from '../../src/steps/index';
 import type { EffectDeps, StepHandler } from '../../src/steps/types';
@@ -144,3 +145,23 @@ export const recovery = (operationId: string): OperationAuthority => ({
   operationId,
   actor: 'recovery',
 });
+
+/**
+ * One fake GitHub/GitLab server for the calling test file: started before its
+ * tests, closed after them. `server` is there once the file's tests run.
+ */
+export function useFakeProvider(): { readonly server: FakeProviderServer } {
+  let server: FakeProviderServer | undefined;
+  beforeAll(async () => {
+    server = await startFakeProviderServer();
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+  return {
+    get server() {
+      if (!server) throw new Error('the fake provider starts in beforeAll');
+      return server;
+    },
+  };
+}

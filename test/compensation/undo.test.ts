@@ -6,25 +6,18 @@
  * comment). Runs on PostgreSQL and MySQL/MariaDB.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runPendingCompensations } from '../../src/compensation/run';
-import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../../src/storage/paths';
 import { abortTaskCreation } from '../../src/store/abort';
 import { count, sql, useTestDb } from '../support/db';
 import { expectTyped } from '../support/ledger';
 import { git, sha256 } from '../steps/support';
-import { compensation, failedCreation, recovery, seeded } from './support';
+import { compensation, failedCreation, recovery, seeded, useFakeProvider } from './support';
 
 const t = useTestDb();
-let provider: FakeProviderServer;
+const fake = useFakeProvider();
 let pr = 100;
-beforeAll(async () => {
-  provider = await startFakeProviderServer();
-});
-afterAll(async () => {
-  await provider?.close();
-});
 
 async function compensateAndAbort(c: Awaited<ReturnType<typeof failedCreation>>, kind: Parameters<typeof c.step>[0]) {
   expect((await compensation(t.db, c.step(kind).id)).state).toBe('required');
@@ -52,7 +45,7 @@ async function compensateAndAbort(c: Awaited<ReturnType<typeof failedCreation>>,
 
 describe('compensation undoes each kind, then Abort succeeds', () => {
   it('workspace_attachment: the member, blocker and binding rows are deleted', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const blocker = await failedCreation(t.db, ws, [], 'attachment_claim', pr);
     const c = await failedCreation(t.db, ws, ['workspace_attachment'], 'attachment_claim', pr, {
       blocked_by: [blocker.taskId],
@@ -70,7 +63,7 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
   });
 
   it('attachment_claim: rows back to their exact staged owner, staged files intact, task copies gone', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const before = await sql(t.db, 'SELECT * FROM task_message_attachments WHERE workspace_id = ? ORDER BY id', [
       ws.workspaceId,
     ]);
@@ -92,7 +85,7 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
   });
 
   it('attachment_claim: a staged file lost meanwhile is restored from the verified task copy', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['attachment_claim'], 'fresh_branch_prepare', pr);
     const id = ws.attachmentIds[0]!;
     const staged = stagedAttachmentPath(ws.dataDir, ws.workspaceId, id);
@@ -104,7 +97,7 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
   });
 
   it('fresh_branch_prepare: the untouched worktree, its branch and rows are removed', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['fresh_branch_prepare'], 'attachment_claim', pr);
     const [row] = await sql<{ worktree_path: string; branch: string }>(
       t.db,
@@ -122,7 +115,7 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
   });
 
   it('fresh_branch_prepare: an earlier undo that removed the worktree and died leaves the branch; it is deleted', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['fresh_branch_prepare'], 'attachment_claim', pr);
     const [row] = await sql<{ worktree_path: string; branch: string }>(
       t.db,
@@ -138,18 +131,18 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
   });
 
   it('remote_contribution_associate: the marker comment and the association row are deleted', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
-    const other = provider.addComment('acme/app', pr, 'a human comment');
+    const ws = await seeded(t.db, fake.server, ++pr);
+    const other = fake.server.addComment('acme/app', pr, 'a human comment');
     const c = await failedCreation(t.db, ws, ['remote_contribution_associate'], 'attachment_claim', pr);
-    expect(provider.comments('acme/app', pr)).toHaveLength(2);
+    expect(fake.server.comments('acme/app', pr)).toHaveLength(2);
     expect(await count(t.db, 'task_remote_contribution_associations', 'task_id = ?', [c.taskId])).toBe(1);
     await compensateAndAbort(c, 'remote_contribution_associate');
-    expect(provider.comments('acme/app', pr).map((x) => x.id)).toEqual([other]);
+    expect(fake.server.comments('acme/app', pr).map((x) => x.id)).toEqual([other]);
     expect(await count(t.db, 'task_remote_contribution_associations', 'task_id = ?', [c.taskId])).toBe(0);
   });
 
   it('session_prepare: the prepared session row and its markers are deleted', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['session_prepare'], 'attachment_claim', pr);
     expect(await count(t.db, 'task_sessions', 'task_id = ?', [c.taskId])).toBe(1);
     await compensateAndAbort(c, 'session_prepare');
@@ -158,7 +151,7 @@ describe('compensation undoes each kind, then Abort succeeds', () => {
   });
 
   it('every kind at once: five compensations, one run, Abort', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(
       t.db,
       ws,

@@ -11,9 +11,8 @@
  * Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runPendingCompensations } from '../../src/compensation/run';
-import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { defaultStepHandlers } from '../../src/steps';
 import { abortTaskCreation } from '../../src/store/abort';
 import { completeTaskCreation } from '../../src/store/complete';
@@ -23,17 +22,11 @@ import { verifyLedger } from '../../src/verify/run';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps } from '../support/ledger';
 import type { SeededWorkspace } from '../support/seed';
-import { bodyFor, failedCreation, realDeps, recovery, seeded } from '../compensation/support';
+import { bodyFor, failedCreation, realDeps, recovery, seeded, useFakeProvider } from '../compensation/support';
 
 const t = useTestDb();
-let provider: FakeProviderServer;
+const fake = useFakeProvider();
 let pr = 700;
-beforeAll(async () => {
-  provider = await startFakeProviderServer();
-});
-afterAll(async () => {
-  await provider?.close();
-});
 
 function verify(ws: SeededWorkspace): Promise<VerifyReport> {
   return verifyLedger(
@@ -46,7 +39,7 @@ const findings = (r: VerifyReport) => r.drift.map((d) => `${d.code} ${d.subject.
 
 describe('verify on compensated and aborted creations', () => {
   it('does not re-observe compensated effects; an aborted creation must keep to Abort’s rule', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const c = await failedCreation(t.db, ws, ['workspace_attachment', 'fresh_branch_prepare'], 'attachment_claim', pr);
     await runPendingCompensations(c.deps, c.operationId, 'worker-1');
     // Still preparing, both effects undone by compensation: nothing to observe, nothing drifted.
@@ -57,10 +50,13 @@ describe('verify on compensated and aborted creations', () => {
     await abortTaskCreation(t.db, recovery(c.operationId), 'step_failed');
     expect(findings(await verify(ws))).toEqual([]);
 
-    await sql(t.db, "UPDATE task_creation_steps SET compensation_state = 'none' WHERE id = ?", [
-      c.step('fresh_branch_prepare').id,
-    ]);
+    await sql(
+      t.db,
+      "UPDATE task_creation_steps SET compensation_state = 'none', compensation_evidence_sha256 = ? WHERE id = ?",
+      ['e'.repeat(64), c.step('fresh_branch_prepare').id],
+    );
     expect(findings(await verify(ws))).toEqual([
+      'compensation_proof step fresh_branch_prepare: compensation proof does not hash to its stored hash',
       'step_state step fresh_branch_prepare: aborted, but effect exists and was neither compensated nor transferred',
     ]);
   });
@@ -68,7 +64,7 @@ describe('verify on compensated and aborted creations', () => {
 
 describe('verify on a pull request association', () => {
   async function associated() {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const res = await begin(t.db, ws, bodyFor(ws, ['remote_contribution_associate'], pr));
     await driveAllSteps(t.db, { kind: 'handle', handle: res.handle! }, res.operationId, ws.dataDir);
     return { ws, res };
@@ -76,7 +72,7 @@ describe('verify on a pull request association', () => {
 
   it('a merged pull request is still the recorded association: no drift', async () => {
     const { ws } = await associated();
-    provider.setState('acme/app', pr, 'merged');
+    fake.server.setState('acme/app', pr, 'merged');
     const report = await verify(ws);
     expect(findings(report)).toEqual([]);
     expect(report.counts).toMatchObject({ observed: 1, unobserved: 0 });
@@ -84,7 +80,7 @@ describe('verify on a pull request association', () => {
 
   it('a provider that cannot be reached leaves the effect unobserved, not drifted', async () => {
     const { ws } = await associated();
-    provider.injectFault({ path: /./, fault: 500, times: 20 });
+    fake.server.injectFault({ path: /./, fault: 500, times: 20 });
     try {
       const report = await verify(ws);
       expect(findings(report)).toEqual([]);
@@ -93,14 +89,14 @@ describe('verify on a pull request association', () => {
         expect.stringMatching(/^recorded succeeded, observed conflict: provider read failed/),
       ]);
     } finally {
-      provider.clearFaults();
+      fake.server.clearFaults();
     }
   });
 });
 
 describe('verify on a completed creation', () => {
   it('reports a step that is not done in a completed creation', async () => {
-    const ws = await seeded(t.db, provider, ++pr);
+    const ws = await seeded(t.db, fake.server, ++pr);
     const res = await begin(t.db, ws, { ...bodyFor(ws, ['workspace_attachment'], pr), external_id: randomUUID() });
     const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
     await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);

@@ -123,6 +123,10 @@ describe('taskledger verify', () => {
       [done.operationId],
     );
     await sql(t.db, "UPDATE tasks SET creation_state = 'preparing' WHERE id = ?", [done.task.id]);
+    await sql(t.db, 'UPDATE task_launch_dispatch_claims SET evidence_sha256 = ? WHERE creation_operation_id = ?', [
+      'd'.repeat(64),
+      done.operationId,
+    ]);
     await sql(
       t.db,
       "UPDATE task_creation_steps SET evidence_sha256 = ? WHERE operation_id = ? AND kind = 'session_prepare'",
@@ -154,6 +158,7 @@ describe('taskledger verify', () => {
         `event_payload ${done.operationId}`,
         `launch_before_event ${done.operationId}`,
         `task_state ${done.operationId}`,
+        `dispatch_claim ${done.operationId}`,
         `step_evidence ${open.operationId}`,
         `effect ${open.operationId}`,
         `orphan_row ${ghost}`,
@@ -163,10 +168,13 @@ describe('taskledger verify', () => {
     expect(effect.subject).toMatch(/^step fresh_branch_prepare\//);
     expect(effect.message).toMatch(/^recorded succeeded, observed (conflict|absent_proven)/);
     expect(report.drift.find((d) => d.code === 'launch_before_event')!.message).toMatch(/before task\.created at/);
+    expect(report.drift.find((d) => d.code === 'dispatch_claim')!.message).toBe(
+      'evidence does not hash to its stored hash',
+    );
 
     // Without observation the lost worktree goes unseen; the ledger findings stay.
     const ledgerOnly = await verify(w.ws, false);
-    expect(codesOf(ledgerOnly)).toHaveLength(6);
+    expect(codesOf(ledgerOnly)).toHaveLength(7);
     expect(ledgerOnly.counts.observed).toBe(0);
   });
 
