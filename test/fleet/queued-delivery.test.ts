@@ -30,16 +30,19 @@ describe('a queued outbox wake-up', () => {
     expect(await count(t.db, 'event_outbox', 'operation_id = ? AND delivered_at IS NULL', [res.operationId])).toBe(1);
 
     await w.fleet.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId: w.ws.workspaceId });
-    await waitFor('the agent to be launched', async () =>
-      (await count(t.db, 'task_launch_dispatch_claims', "creation_operation_id = ? AND state = 'succeeded'", [
+    // The launch starts before its event is marked delivered, so wait for both.
+    await waitFor('the agent to be launched and its event marked delivered', async () => {
+      const launched = await count(
+        t.db,
+        'task_launch_dispatch_claims',
+        "creation_operation_id = ? AND state = 'succeeded'",
+        [res.operationId],
+      );
+      const delivered = await count(t.db, 'event_outbox', 'operation_id = ? AND delivered_at IS NOT NULL', [
         res.operationId,
-      ])) === 1
-        ? true
-        : null,
-    );
-    expect(await count(t.db, 'event_outbox', 'operation_id = ? AND delivered_at IS NOT NULL', [res.operationId])).toBe(
-      1,
-    );
+      ]);
+      return launched === 1 && delivered === 1 ? true : null;
+    });
     const launchQueue = w.fleet.queues.get(LAUNCH_QUEUE);
     const redis = (await launchQueue.client) as unknown as Redis;
     expect(await redis.xlen(launchQueue.keys.events!)).toBe(0);
