@@ -59,14 +59,15 @@ describe('compensation lease', () => {
     armFailpoint('during_compensation', {
       kind: 'call',
       fn: async () => {
-        // Three lease lengths pass inside the undo; the lease must be live at every look.
+        // Three lease lengths pass inside the undo; the lease must be live at every look. The lease (2.4 s,
+        // renewed every 800 ms) leaves a loaded machine 1.6 s of stall before a look could see it lapse.
         for (let i = 0; i < 6; i++) {
-          await new Promise((r) => setTimeout(r, 750));
+          await new Promise((r) => setTimeout(r, 1_200));
           seen.push((await leaseOf(stepId)).live);
         }
       },
     });
-    const report = await runPendingCompensations(c.deps, c.operationId, 'slow-runner', 1_500);
+    const report = await runPendingCompensations(c.deps, c.operationId, 'slow-runner', 2_400);
     expect(failpointHits('during_compensation')).toBe(1);
     expect(seen).toEqual([true, true, true, true, true, true]);
     expect(report).toEqual({ compensated: 1, transferred: 0, retry: 0, unknown: 0 });

@@ -127,7 +127,10 @@ describe('a creation with every step kind', () => {
     expect(claim!.state).toBe('succeeded');
     expect(new Date(claim!.created_at).getTime()).toBeGreaterThanOrEqual(new Date(event!.created_at).getTime());
     const marker = join(repo!.worktree_path, 'agent-started.txt');
-    await waitFor('the agent to write its file', async () => existsSync(marker));
+    // The shell creates the file before echo writes to it: wait for its content, not its existence.
+    await waitFor('the agent to write its file', async () =>
+      existsSync(marker) && readFileSync(marker, 'utf8').trim() !== '' ? true : null,
+    );
     expect(readFileSync(marker, 'utf8').trim()).toBe(taskId);
     const [session] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_sessions WHERE task_id = ?', [taskId]);
     expect(session!.state).toBe('running');

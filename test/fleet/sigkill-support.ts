@@ -112,11 +112,16 @@ export function exited(child: BenchChild): boolean {
   return child.process.exitCode !== null || child.process.signalCode !== null;
 }
 
-/** Resolves with the exit code (or signal) once the child has exited. */
+/**
+ * Resolves with the exit code (or signal) once the child has exited and its
+ * stdio has closed: `'exit'` can fire before the last stderr chunk arrives, and
+ * tests read the child's final log line.
+ */
 export function exitOf(child: BenchChild): Promise<number | string> {
   const p = child.process;
-  if (exited(child)) return Promise.resolve(p.exitCode ?? p.signalCode ?? -1);
-  return new Promise((resolve) => p.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const closed = [p.stdout, p.stderr].every((stream) => stream === null || stream.destroyed);
+  if (exited(child) && closed) return Promise.resolve(p.exitCode ?? p.signalCode ?? -1);
+  return new Promise((resolve) => p.once('close', (code, signal) => resolve(code ?? signal ?? -1)));
 }
 
 /** SIGKILL: no `finally`, no graceful close; in-flight claims, jobs and locks are simply abandoned. */

@@ -404,7 +404,12 @@ describe('crashes around the coordinator, healed by the reaper sweep alone', () 
   });
 
   it('after_complete_before_outbox_delivery: task.created committed, dispatcher never woken; the sweep delivers it exactly once', async () => {
-    armFailpoint('after_complete_before_outbox_delivery', { kind: 'throw' }, { times: 1 });
+    // A first (not replayed) Complete only: a late replay of the previous test's creation must not use up the shot.
+    armFailpoint(
+      'after_complete_before_outbox_delivery',
+      { kind: 'throw' },
+      { times: 1, match: (c) => c.replayed === false },
+    );
     const res = await post({ title: 'crash after complete' }, 52, 45_000);
     // The waiter sees the committed ending by its poll (the announcement was lost with the crash).
     expect(res.status).toBe(200);
