@@ -1,7 +1,9 @@
 /**
  * Delivers a workspace's outbox events in sequence order. Delivery hands the
  * event to the sinks (outside any transaction: for `task.created` of an
- * immediate start, the launch wake-up), then marks it delivered with a
+ * immediate start, the launch wake-up; for `task.dependencies_resolved` of a
+ * deferred start, its promotion to a session/launch pair, then the same
+ * launch wake-up), then marks it delivered with a
  * compare-and-set, so each event ID is marked delivered exactly once; sinks
  * are idempotent (launch job IDs and dispatch claims collapse repeats).
  * Called in place after a Complete (`launchInPlace`), the launch runs right
@@ -15,6 +17,7 @@ import { readRows, runTransaction, type Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { QueueSet } from '../coordinator/queues';
+import { promoteDeferredLaunch } from '../store/deferred-launch';
 
 export interface OutboxEvent {
   seq: string;
@@ -35,6 +38,9 @@ export interface OutboxDeps {
   subscribers?: ((event: OutboxEvent) => void)[];
 }
 
+/** The actor a promotion names (the operation row's actor checks need one; any dispatcher may promote). */
+const PROMOTION_ACTOR = 'outbox-dispatcher';
+
 /** Why 100: one query's worth of events; a busy workspace drains in a few round trips. */
 const BATCH = 100;
 
@@ -51,7 +57,17 @@ export interface DeliveryOptions {
  * delivery is only the subscribers, and a repeat costs no more than the check.
  */
 async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOptions): Promise<boolean> {
-  if (event.type === 'task.created' && event.payload.start_policy === 'immediate') {
+  const immediate = event.type === 'task.created' && event.payload.start_policy === 'immediate';
+  const unblocked = event.type === 'task.dependencies_resolved' && event.payload.start_policy === 'deferred';
+  if (unblocked) {
+    // Idempotent: a repeated delivery finds the pair already there. A refusal (the task is no longer live, or
+    // its profile resolved no launch) leaves no intent, so nothing launches below.
+    const promotion = await promoteDeferredLaunch(deps.db, event.operation_id, PROMOTION_ACTOR);
+    if ('refused' in promotion) {
+      deps.log.info({ operation_id: event.operation_id, reason: promotion.refused }, 'deferred start not promoted');
+    }
+  }
+  if (immediate || unblocked) {
     const rows = await readRows<{ delivered_at: Date | null; step_key: string | null }>(
       deps.db,
       `SELECT e.delivered_at, s.step_key FROM event_outbox e

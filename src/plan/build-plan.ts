@@ -40,6 +40,7 @@ import { contributionKey, validatedRequestDocument, type CreateTaskRequest } fro
 import { freshBranchName, pathSha256, worktreePath, worktreeSegments } from './fresh-branch';
 import { planDatabaseRows } from './plan-rows';
 import type { AgentProfileInfo, BuiltPlan, PlanContext, PlannedRows, RepositoryInfo } from './plan-types';
+import { sessionLaunchSteps } from './session-launch';
 import { resolveStartPolicy } from './start-policy';
 import { idSource, sortAndGuardSteps } from './step-guards';
 import { resolveWorkspacePolicy } from './workspace-policy';
@@ -202,20 +203,7 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
       ),
     };
     if (startPolicy === 'immediate') {
-      const base = { task_id: taskId, workspace_id: workspaceId };
-      steps.push(
-        step('session_prepare', sessionId, {
-          ...base,
-          session_id: sessionId,
-          task_environment_id: taskEnvironmentId,
-          executor_id: launch.executor_id,
-          executor_profile_id: launch.executor_profile_id,
-          agent_profile_id: launch.agent_profile_id,
-          launch_config_sha256: launch.launch_config_sha256,
-          resource_keys: [`session:${sessionId}`],
-        }),
-      );
-      steps.push(step('launch_intent', sessionId, { ...base, ...launch }));
+      steps.push(...sessionLaunchSteps(taskId, workspaceId, taskEnvironmentId, launch));
     } else {
       deferredLaunch = launch;
     }

@@ -2,7 +2,8 @@
  * The ledger sweep that makes Redis disposable: every non-terminal operation
  * gets its due wake-ups again (job IDs collapse duplicates), and completed
  * workspaces with undelivered outbox events get a dispatcher wake-up, and a
- * delivered task.created whose armed launch has no dispatch claim yet gets
+ * delivered task.created (or, for a deferred start, delivered
+ * task.dependencies_resolved) whose armed launch has no dispatch claim yet gets
  * its launch wake-up again (the dispatcher's one was lost with Redis). Plain
  * reads only; the full reaper (lease expiry, RecoveryAction) builds on this.
  */
@@ -52,7 +53,9 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
       jobId: `outbox-${w.workspace_id}-sweep-${Date.now()}`,
     });
   }
-  // Delivered means the dispatcher already sent this launch once; a claim row appears when a launch worker takes it.
+  // The event that announces a launch: task.created for an immediate start, task.dependencies_resolved for a
+  // deferred one (its delivery promoted the intent). Delivered means the dispatcher already sent this launch once;
+  // a claim row appears when a launch worker takes it.
   // Driven from the delivered task.created events: the window is a range on event_outbox (delivered_at, seq).
   // `e.task_id = o.task_id` (always true: the event is its operation's task's) gives a plan that starts from the
   // operations an index path to their event (uq_event_outbox_task_revision); without it, a fresh table's missing
@@ -67,7 +70,8 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
        JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
        JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted'
-      WHERE e.type = 'task.created' AND e.delivered_at IS NOT NULL ${window} ${scope.replace('workspace_id', 'e.workspace_id')}
+      WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
+        AND (e.type = 'task.dependencies_resolved' OR o.start_policy = 'immediate') ${scope.replace('workspace_id', 'e.workspace_id')}
         AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
       LIMIT ${SWEEP_LIMIT}`,
     launchWindowMs === null ? scopeParams : [launchWindowMs, ...scopeParams],

@@ -4,10 +4,11 @@
  */
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { idempotencyKey, stepRequestHash } from '../canonical/hash';
-import type { CreationPlan, StepRequest } from '../canonical/types';
+import type { CreationPlan, PlanStep, StepRequest } from '../canonical/types';
 import { validateStepRequest } from '../canonical/validate';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
+import { promotedSteps } from '../plan/session-launch';
 import { TIER } from '../db/lock-plan';
 import type { Statement } from '../db/batch';
 import type { Tx } from '../db/tx';
@@ -95,7 +96,9 @@ function deriveStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
   }
   const sha = stepRequestHash(request);
   if (sha !== step.request_sha256) throw mismatch('stored request does not hash to request_sha256');
-  const planned = plan.steps.find((s) => s.kind === step.kind && s.step_key === step.step_key);
+  const same = (s: PlanStep): boolean => s.kind === step.kind && s.step_key === step.step_key;
+  // A deferred plan's promoted pair derives from the plan as exactly as its own steps do (plan/session-launch.ts).
+  const planned = plan.steps.find(same) ?? promotedSteps(plan).find(same);
   if (!planned || canonicalJson(planned.request) !== canonicalJson(request)) {
     throw mismatch('stored request differs from the manifest');
   }
@@ -105,13 +108,20 @@ function deriveStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
   return request;
 }
 
-/** Every plan step has exactly one row, and no row is outside the plan. */
-export function verifyStepSet(steps: StepRow[], plan: CreationPlan): void {
-  const planned = new Set(plan.steps.map((s) => `${s.kind}\u0000${s.step_key}`));
-  const stored = new Set(steps.map((s) => `${s.kind}\u0000${s.step_key}`));
-  if (planned.size !== stored.size || [...planned].some((k) => !stored.has(k))) {
-    throw new ConflictError('evidence_mismatch', 'step rows do not match the manifest', {});
-  }
+/**
+ * Every plan step has exactly one row, and no row is outside the plan. With
+ * `promoted` (a completed creation, whose deferred start may have been
+ * promoted), the plan's promoted pair may also be there, both or neither.
+ */
+export function verifyStepSet(steps: StepRow[], plan: CreationPlan, promoted = false): void {
+  const key = (s: { kind: string; step_key: string }): string => `${s.kind}\u0000${s.step_key}`;
+  const stored = new Set(steps.map(key));
+  const matches = (expected: PlanStep[]): boolean =>
+    expected.length === stored.size && expected.every((s) => stored.has(key(s)));
+  if (matches(plan.steps)) return;
+  const pair = promoted ? promotedSteps(plan) : [];
+  if (pair.length > 0 && matches([...plan.steps, ...pair])) return;
+  throw new ConflictError('evidence_mismatch', 'step rows do not match the manifest', {});
 }
 
 export const COMPENSATION_PENDING = new Set(['required', 'running', 'retry_wait', 'unknown']);

@@ -11,8 +11,12 @@
  * - events: each payload against its hash; a completed operation has exactly
  *   one `task.created`, revision one, the operation's result event, and its
  *   task is `completed`; an unfinished or aborted one has none;
- * - dispatch claims: only for a completed operation, never created before its
- *   `task.created`, with the dispatch key and the launch intent's request
+ * - a deferred start's promoted session/launch pair (plan/session-launch.ts):
+ *   only in a completed creation, only with its one
+ *   `task.dependencies_resolved` event (after revision one);
+ * - dispatch claims: only for a completed operation, never created before the
+ *   event that announced the launch (`task.created`, or for a deferred start
+ *   `task.dependencies_resolved`), with the dispatch key and the launch intent's request
  *   hash, and evidence that hashes and names this claim;
  * - ended steps: a completed creation's non-launch steps all `succeeded`
  *   and its launch intent `armed` (or `cancelled` by workspace deletion); an
@@ -33,6 +37,8 @@ import type { Drift, DriftCode } from './drift';
 import type { DispatchClaimRow, OperationRecord, VerifyStepRow } from './ledger-page';
 
 type Emit = (code: DriftCode, subject: string, message: string) => void;
+
+const RESOLVED = 'task.dependencies_resolved';
 
 /** The error's message, with the underlying cause a Store error carries in its detail. */
 function messageOf(err: unknown): string {
@@ -109,9 +115,18 @@ function checkEvents(emit: Emit, rec: OperationRecord): void {
   }
   const { op } = rec;
   const created = rec.events.filter((e) => e.type === 'task.created');
+  const resolved = rec.events.filter((e) => e.type === RESOLVED);
   if (op.state !== 'completed') {
-    for (const e of created) emit('creation_event', `event ${e.event_id}`, `task.created for a ${op.state} operation`);
+    for (const e of [...created, ...resolved]) {
+      emit('creation_event', `event ${e.event_id}`, `${e.type} for a ${op.state} operation`);
+    }
     return;
+  }
+  if (resolved.length > 1) emit('creation_event', `operation ${op.id}`, `${resolved.length} ${RESOLVED} events`);
+  for (const e of resolved) {
+    if (e.revision <= 1 || e.task_id !== op.task_id) {
+      emit('creation_event', `event ${e.event_id}`, `${RESOLVED} at revision ${e.revision} of task ${e.task_id}`);
+    }
   }
   if (created.length !== 1) {
     emit('creation_event', `operation ${op.id}`, `completed with ${created.length} task.created events`);
@@ -158,12 +173,14 @@ function checkClaim(emit: Emit, rec: OperationRecord, claim: DispatchClaimRow): 
     emit('dispatch_claim', subject, `a dispatch claim for a ${op.state} operation`);
     return;
   }
-  const created = rec.events.find((e) => e.type === 'task.created');
-  if (created && new Date(claim.created_at).getTime() < new Date(created.created_at).getTime()) {
+  // The event that announces the launch: task.created for an immediate start, the later resolution for a deferred one.
+  const announced = rec.events.find((e) => e.type === (op.start_policy === 'deferred' ? RESOLVED : 'task.created'));
+  if (!announced) emit('launch_before_event', subject, `a dispatch claim with no ${op.start_policy} start's event`);
+  else if (new Date(claim.created_at).getTime() < new Date(announced.created_at).getTime()) {
     emit(
       'launch_before_event',
       subject,
-      `claimed at ${new Date(claim.created_at).toISOString()}, before task.created at ${new Date(created.created_at).toISOString()}`,
+      `claimed at ${new Date(claim.created_at).toISOString()}, before ${announced.type} at ${new Date(announced.created_at).toISOString()}`,
     );
   }
   if (claim.task_id !== op.task_id) emit('dispatch_claim', subject, 'the claim names another task');
@@ -208,7 +225,13 @@ export function checkOperation(rec: OperationRecord): Drift[] {
   guard(emit, 'operation_binding', `operation ${op.id}`, () => {
     plan = verifyStoredBindings(op).plan;
   });
-  if (plan) guard(emit, 'step_set', `operation ${op.id}`, () => verifyStepSet(rec.steps, plan!));
+  if (plan) {
+    const p: CreationPlan = plan;
+    guard(emit, 'step_set', `operation ${op.id}`, () => verifyStepSet(rec.steps, p, op.state === 'completed'));
+    if (rec.steps.length > p.steps.length && !rec.events.some((e) => e.type === RESOLVED)) {
+      emit('step_set', `operation ${op.id}`, `a promoted session/launch pair without its ${RESOLVED} event`);
+    }
+  }
   for (const step of rec.steps) checkStep(emit, step, plan);
   checkEvents(emit, rec);
   checkEndedSteps(emit, rec);

@@ -3,7 +3,8 @@
  * launch wake-up was lost with Redis) gets its launch wake-up again from the
  * sweep: from the whole ledger when asked (a reaper's first sweep), and only
  * within the recent window afterwards, so a long-running reaper's sweeps do
- * not grow with the ledger's history. And a wake-up whose job ID still
+ * not grow with the ledger's history. A deferred start's launch is re-sent
+ * from its delivered task.dependencies_resolved. And a wake-up whose job ID still
  * belongs to a failed job is re-sent, not swallowed. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
@@ -14,6 +15,8 @@ import { QueueSet } from '../../src/coordinator/queues';
 import { createRedis } from '../../src/runtime/redis';
 import { sweepWakeups } from '../../src/runtime/sweep';
 import { completeTaskCreation } from '../../src/store/complete';
+import { promoteDeferredLaunch } from '../../src/store/deferred-launch';
+import { markTaskDone } from '../../src/store/task-done';
 import type { OperationAuthority } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
@@ -74,6 +77,36 @@ describe('stranded launches', () => {
       ],
     );
     expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(0);
+  });
+});
+
+describe('a stranded deferred launch', () => {
+  it('is re-sent once its task.dependencies_resolved is delivered, never from task.created alone', async () => {
+    const ws = await seedWorkspace(t.db);
+    const blocker = await begin(t.db, ws, { title: 'blocker' });
+    const blockerAuth: OperationAuthority = { kind: 'handle', handle: blocker.handle! };
+    await driveAllSteps(t.db, blockerAuth, blocker.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, blockerAuth);
+    const res = await begin(t.db, ws, {
+      blocked_by: [blocker.task.id],
+      start_agent: true,
+      agent_profile_id: ws.agentProfileId,
+    });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+    await markTaskDone(t.db, blocker.task.id);
+    // Promoted by the dispatcher, whose launch wake-up was then lost; task.created was delivered long before.
+    const promotion = await promoteDeferredLaunch(t.db, res.operationId, 'test');
+    if (!('sessionId' in promotion)) throw new Error(promotion.refused);
+    await sql(t.db, "UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ? AND type = 'task.created'", [
+      res.task.id,
+    ]);
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(0);
+    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [res.task.id]);
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(1);
+    const job = await queues.get(LAUNCH_QUEUE).getJob(launchJobId(res.operationId, promotion.sessionId));
+    expect(job?.data).toEqual({ operationId: res.operationId, taskId: res.task.id, sessionId: promotion.sessionId });
   });
 });
 

@@ -12,6 +12,12 @@
  *   `wait_ms` is 0..120000 (default 15000).
  * GET /tasks/:id  the task with creation state, placement, blockers, session
  *   and launch state; 404 when absent or outside the caller's workspace.
+ * POST /tasks/:id/done  marks a created task done (`src/store/task-done.ts`):
+ *   200 {task, already_done, dependencies_resolved: [task ids it unblocked]};
+ *   a repeat is 200 with `already_done: true` and fires nothing; 404 as for
+ *   GET; 409 `creation_state_conflict` while the task is still being created.
+ *   A deferred start whose last blocker this was launches on the event's
+ *   delivery.
  */
 import type { FastifyPluginCallback } from 'fastify';
 import type { CreateTaskOutcome } from '../../coordinator/create-task';
@@ -19,6 +25,7 @@ import type { BeginOutcome } from '../../domain/vocab';
 import { isUuid, mayRead, principalOf } from '../auth';
 import type { ApiDeps } from '../deps';
 import { creationAborted, notFound } from '../errors';
+import { markTaskDone } from '../../store/task-done';
 import { readTaskDetail, taskBody } from '../task-detail';
 import { closed } from '../validation';
 
@@ -92,6 +99,17 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
       const task = await readTaskDetail(db, req.params.id);
       if (!task || !mayRead(principal, task.workspace_id)) throw notFound('task');
       return { task };
+    });
+
+    app.post<{ Params: { id: string } }>('/tasks/:id/done', async (req) => {
+      const principal = principalOf(req);
+      if (!isUuid(req.params.id)) throw notFound('task');
+      // Authorized on the task's workspace first: an outsider learns nothing, not even that the task exists.
+      const before = await readTaskDetail(db, req.params.id);
+      if (!before || !mayRead(principal, before.workspace_id)) throw notFound('task');
+      const result = await markTaskDone(db, req.params.id);
+      const task = await readTaskDetail(db, req.params.id);
+      return { task, already_done: result.already_done, dependencies_resolved: result.dependencies_resolved };
     });
     done();
   };

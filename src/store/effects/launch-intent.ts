@@ -18,7 +18,7 @@
  */
 import { canonicalJson, parseCanonical } from '../../canonical/canonical-json';
 import { domainHash } from '../../canonical/hash';
-import type { LaunchIntentRequest } from '../../canonical/types';
+import type { LaunchIntentRequest, StepEvidence } from '../../canonical/types';
 import { validateStepEvidence } from '../../canonical/validate';
 import { ConflictError } from '../../domain/errors';
 import { TIER } from '../../db/lock-plan';
@@ -54,6 +54,16 @@ export function launchIntentSha256(owner: EffectOwner, request: LaunchIntentRequ
 
 function observationOf(owner: EffectOwner, req: LaunchIntentRequest) {
   return { intent_sha256: launchIntentSha256(owner, req), dispatched: false };
+}
+
+/**
+ * The arming evidence of a promoted `launch_intent` (`store/deferred-launch.ts`):
+ * the same exact-intent proof a step worker records. The promotion's
+ * transaction has already checked that no dispatch, runtime or started
+ * session exists (its session rows were a clean slate).
+ */
+export function armedIntentEvidence(claim: StepClaim): StepEvidence {
+  return presentEvidenceOf(claim, observationOf(ownerOf(claim), requestOf(claim, 'launch_intent')));
 }
 
 interface World {

@@ -16,7 +16,8 @@
  * (`absent_proven`). No event.
  */
 import { canonicalJson } from '../../canonical/canonical-json';
-import type { SessionPrepareRequest } from '../../canonical/types';
+import type { SessionPrepareRequest, StepEvidence } from '../../canonical/types';
+import { ConflictError } from '../../domain/errors';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
 import { lockClaimedLocked } from '../claimed';
@@ -166,6 +167,48 @@ function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
   ];
 }
 
+/** Inserts the rows `w` lacks and reads them back exactly (inserts and read-back in one round trip). */
+async function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World): Promise<void> {
+  const read = txReader(tx);
+  // The inserts and the read-back are issued together, in that order: one round trip.
+  const writes: Promise<number>[] = [];
+  if (w.session === null) {
+    const s = exp.session;
+    writes.push(
+      tx.exec(
+        `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
+                                  launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now}, ${tx.now})`,
+        [
+          s.id,
+          s.task_id,
+          s.workspace_id,
+          s.environment_id,
+          s.executor_id,
+          s.executor_profile_id,
+          s.agent_profile_id,
+          s.launch_config_sha256,
+          s.state,
+          s.operation_id,
+          s.step_id,
+        ],
+      ),
+    );
+  }
+  for (const [i, m] of exp.markers.entries()) {
+    if (w.markers[i]) continue;
+    writes.push(
+      tx.exec(
+        `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
+        [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
+      ),
+    );
+  }
+  const [after] = await Promise.all([readWorld(read, req, exp), ...writes]);
+  if (ownRows(exp, after).some((r) => r.p !== 'ours')) throw new Error('session rows did not read back exactly');
+}
+
 export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<EffectOutcome> {
   const req = requestOf(claim, 'session_prepare');
   const exp = expectedSessionRows(req, ownerOf(claim));
@@ -205,47 +248,46 @@ export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<Eff
           envRow,
         ]);
       }
-      // The inserts and the read-back are issued together, in that order: one round trip.
-      const writes: Promise<number>[] = [];
-      if (w.session === null) {
-        const s = exp.session;
-        writes.push(
-          tx.exec(
-            `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
-                                      launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now}, ${tx.now})`,
-            [
-              s.id,
-              s.task_id,
-              s.workspace_id,
-              s.environment_id,
-              s.executor_id,
-              s.executor_profile_id,
-              s.agent_profile_id,
-              s.launch_config_sha256,
-              s.state,
-              s.operation_id,
-              s.step_id,
-            ],
-          ),
-        );
-      }
-      for (const [i, m] of exp.markers.entries()) {
-        if (w.markers[i]) continue;
-        writes.push(
-          tx.exec(
-            `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-            [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
-          ),
-        );
-      }
-      const [after] = await Promise.all([readWorld(read, req, exp), ...writes]);
-      if (ownRows(exp, after).some((r) => r.p !== 'ours')) throw new Error('session rows did not read back exactly');
+      await insertSessionRowsLocked(tx, req, exp, w);
       return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(exp)));
     },
     { restartOnUnique: EFFECT_ROW_UNIQUES },
   );
+}
+
+/**
+ * A deferred start's promotion (`store/deferred-launch.ts`) records the
+ * success evidence of its `session_prepare` with the step row, before the
+ * rows themselves (`materializeSessionLocked`): the same proof a step worker
+ * records, which depends only on the request and the owner.
+ */
+export function sessionPrepareEvidence(claim: StepClaim): StepEvidence {
+  return presentEvidenceOf(
+    claim,
+    observationOf(expectedSessionRows(requestOf(claim, 'session_prepare'), ownerOf(claim))),
+  );
+}
+
+/**
+ * The promotion's session rows, written inside its transaction once it holds
+ * tiers up to the steps (7). Takes this kind's locks (9, 10, 11.1, 14) and
+ * writes only onto a clean slate: every row absent, no runtime, the task's
+ * own environment; anything else is a `creation_state_conflict` (the caller
+ * rolls back, zero writes).
+ */
+export async function materializeSessionLocked(tx: Tx, claim: StepClaim): Promise<void> {
+  const req = requestOf(claim, 'session_prepare');
+  const exp = expectedSessionRows(req, ownerOf(claim));
+  const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, true)), readWorld(txReader(tx), req, exp)]);
+  const clean = !w.runtime && w.environmentOk && ownRows(exp, w).every((r) => r.p === 'absent');
+  if (!clean) {
+    throw new ConflictError('creation_state_conflict', 'the session of a deferred start is not a clean slate', {
+      session_id: req.session_id,
+      runtime: w.runtime,
+      environment_ok: w.environmentOk,
+    });
+  }
+  await insertSessionRowsLocked(tx, req, exp, w);
 }
 
 /** Read-only: exact rows and no runtime -> present; all absent and no runtime -> absent; else conflict. */

@@ -1,0 +1,145 @@
+/**
+ * MarkTaskDone (`POST /tasks/:id/done`): a completed, live task becomes
+ * `done`, and each completed, live task it blocked whose blockers are now all
+ * done gets its one `task.dependencies_resolved` event. The spec's deferred
+ * start "promotes only from the later dependencies_resolved transition of the
+ * last unresolved predecessor (deletion never fires it)": this is that
+ * transition; the event's delivery promotes and launches
+ * (`store/deferred-launch.ts`, `outbox/dispatcher.ts`).
+ *
+ * One transaction, in the global lock order: workspace 1 (share); the task
+ * rows of the task, the tasks it blocks and their other blockers 5.2 (FOR
+ * UPDATE, ascending UUID — two blockers of one task marked done at once
+ * serialize here, so the later one sees the earlier one done and fires the
+ * event exactly once); outbox rows 16 (ascending event ID). Completing a
+ * creation writes its task row under the same 5.2 lock, so a task's
+ * `creation_state` read here is exact.
+ * - task absent: `not_found`; still being created (`preparing|completing`)
+ *   or deleted: `creation_state_conflict`; nothing written.
+ * - already `done`: nothing written, `already_done: true` (a retried request
+ *   fires nothing twice).
+ * - a blocked task still being created is passed over: creation never
+ *   evaluates predecessor state retroactively (spec), so it stays blocked.
+ * Writes: the task's `lifecycle_state = 'done'`; per resolved task, its
+ * revision + 1 and one `task.dependencies_resolved` event at that revision
+ * (unique per task and revision) naming its creation operation and start
+ * policy. The blocker edges are read before the locks and again under them;
+ * when they differ, the command restarts from tier 1.
+ */
+import { randomUUID } from 'node:crypto';
+import { canonicalJson } from '../canonical/canonical-json';
+import { payloadHash } from '../canonical/hash';
+import { ConflictError, TaskLedgerError } from '../domain/errors';
+import { TIER } from '../db/lock-plan';
+import { runTransaction, type Db, type Tx } from '../db/tx';
+
+export interface MarkDoneResult {
+  task_id: string;
+  workspace_id: string;
+  already_done: boolean;
+  /** The tasks whose last blocker this was, each given its `task.dependencies_resolved` event (ascending ID). */
+  dependencies_resolved: string[];
+}
+
+interface Edge {
+  task_id: string;
+  blocker_task_id: string;
+}
+
+interface TaskRow {
+  id: string;
+  workspace_id: string;
+  creation_state: string;
+  lifecycle_state: string;
+  start_policy: string;
+  creation_operation_id: string;
+  revision: number | string;
+}
+
+/** Why 5: the edges only change while a blocked task's creation attaches them; twice in a row is already rare. */
+const MAX_EDGE_CHANGES = 5;
+
+/** Every edge of every task `taskId` blocks (the tasks it blocks and all their blockers), in key order. */
+async function readEdges(tx: Tx, taskId: string): Promise<Edge[]> {
+  return tx.rows<Edge>(
+    `SELECT task_id, blocker_task_id FROM task_blockers
+      WHERE task_id IN (SELECT task_id FROM task_blockers WHERE blocker_task_id = ?)
+      ORDER BY task_id, blocker_task_id`,
+    [taskId],
+  );
+}
+
+async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult | 'moved'> {
+  const peek = await tx.one<{ workspace_id: string }>('SELECT workspace_id FROM tasks WHERE id = ?', [taskId]);
+  if (!peek) throw new TaskLedgerError('not_found', `task ${taskId} does not exist`, { task_id: taskId });
+  const before = await readEdges(tx, taskId);
+  tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
+  await tx.one(`SELECT id FROM workspaces WHERE id = ? ${tx.forShare}`, [peek.workspace_id]);
+  const ids = [...new Set([taskId, ...before.flatMap((e) => [e.task_id, e.blocker_task_id])])].sort();
+  for (const id of ids) tx.lockRow(TIER.TASK, 'tasks', id);
+  const locked = await tx.rows<TaskRow>(
+    `SELECT id, workspace_id, creation_state, lifecycle_state, start_policy, creation_operation_id, revision
+       FROM tasks WHERE id IN (${ids.map(() => '?').join(', ')}) ORDER BY id FOR UPDATE`,
+    ids,
+  );
+  const edges = await readEdges(tx, taskId);
+  if (canonicalJson(edges) !== canonicalJson(before)) return 'moved';
+  const rows = new Map(locked.map((r) => [r.id, r]));
+  const task = rows.get(taskId);
+  if (!task) return 'moved';
+  const result = { task_id: taskId, workspace_id: task.workspace_id, dependencies_resolved: [] as string[] };
+  if (task.creation_state !== 'completed' || task.lifecycle_state === 'deleted') {
+    throw new ConflictError(
+      'creation_state_conflict',
+      task.creation_state !== 'completed'
+        ? `task is still being created (${task.creation_state}); it can be marked done once created`
+        : 'task is deleted',
+      { task_id: taskId, creation_state: task.creation_state, lifecycle_state: task.lifecycle_state },
+    );
+  }
+  if (task.lifecycle_state === 'done') return { ...result, already_done: true };
+  await tx.exec(
+    `UPDATE tasks SET lifecycle_state = 'done', updated_at = ${tx.now} WHERE id = ? AND lifecycle_state = 'live'`,
+    [taskId],
+  );
+  const done = (id: string): boolean => id === taskId || rows.get(id)?.lifecycle_state === 'done';
+  const resolved = [...new Set(edges.map((e) => e.task_id))].filter((id) => {
+    const t = rows.get(id);
+    if (!t || t.creation_state !== 'completed' || t.lifecycle_state !== 'live') return false;
+    return edges.filter((e) => e.task_id === id).every((e) => done(e.blocker_task_id));
+  });
+  const events = resolved.map((id) => ({ eventId: randomUUID(), task: rows.get(id)! }));
+  for (const { task: t } of events) {
+    await tx.exec(`UPDATE tasks SET revision = revision + 1, updated_at = ${tx.now} WHERE id = ?`, [t.id]);
+  }
+  events.sort((a, b) => (a.eventId < b.eventId ? -1 : 1));
+  for (const { eventId, task: t } of events) {
+    tx.lockRow(TIER.OUTBOX, 'event_outbox', eventId);
+    const revision = Number(t.revision) + 1;
+    const payload = {
+      version: 1,
+      type: 'task.dependencies_resolved',
+      event_id: eventId,
+      task_id: t.id,
+      workspace_id: t.workspace_id,
+      operation_id: t.creation_operation_id,
+      revision,
+      start_policy: t.start_policy,
+      resolved_by: taskId,
+    };
+    await tx.exec(
+      `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
+       VALUES (?, ?, ?, ?, 'task.dependencies_resolved', ?, ?, ?, ${tx.now})`,
+      [eventId, t.workspace_id, t.id, revision, t.creation_operation_id, canonicalJson(payload), payloadHash(payload)],
+    );
+  }
+  return { ...result, already_done: false, dependencies_resolved: resolved };
+}
+
+export async function markTaskDone(db: Db, taskId: string): Promise<MarkDoneResult> {
+  for (let i = 0; i < MAX_EDGE_CHANGES; i++) {
+    const res = await runTransaction(db, 'MarkTaskDone', (tx) => markTaskDoneOnce(tx, taskId));
+    if (res !== 'moved') return res;
+  }
+  throw new TaskLedgerError('retry_exhausted', `the tasks blocked by ${taskId} kept changing`, { task_id: taskId });
+}

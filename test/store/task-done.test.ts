@@ -1,0 +1,211 @@
+/**
+ * MarkTaskDone and PromoteDeferredLaunch: a task marked done fires one
+ * `task.dependencies_resolved` for each task whose last blocker it was (never
+ * twice, never for a task still being created); the event's deferred start
+ * promotes to exactly one session/launch pair that launches and verifies
+ * clean. Both dialects.
+ */
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { canonicalJson, parseCanonical } from '../../src/canonical/canonical-json';
+import { LocalProcessExecutor } from '../../src/launch/executor';
+import { processLaunchJob } from '../../src/launch/launch-worker';
+import { silentLogger } from '../../src/log';
+import { defaultStepHandlers } from '../../src/steps';
+import { completeTaskCreation } from '../../src/store/complete';
+import { promoteDeferredLaunch } from '../../src/store/deferred-launch';
+import { markTaskDone } from '../../src/store/task-done';
+import type { BeginResult, OperationAuthority } from '../../src/store/types';
+import { verifyLedger } from '../../src/verify/run';
+import { count, sql, useTestDb } from '../support/db';
+import { begin, driveAllSteps, expectTyped, snapshot, stepRows } from '../support/ledger';
+import { seedWorkspace, type SeededWorkspace } from '../support/seed';
+import { effectDeps } from '../steps/support';
+
+const t = useTestDb();
+
+async function world(): Promise<SeededWorkspace> {
+  const ws = await seedWorkspace(t.db);
+  await sql(t.db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [
+    canonicalJson({ kind: 'local', command: ['true'] }),
+    ws.agentProfileId,
+  ]);
+  return ws;
+}
+
+/** Begins and drives every step; completes unless told not to. */
+async function created(ws: SeededWorkspace, body: Record<string, unknown>, complete = true): Promise<BeginResult> {
+  const res = await begin(t.db, ws, body);
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+  if (complete) expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+  return res;
+}
+
+const deferred = (ws: SeededWorkspace, blockers: string[]) => ({
+  title: 'blocked',
+  blocked_by: blockers,
+  start_agent: true,
+  agent_profile_id: ws.agentProfileId,
+});
+
+const resolvedEvents = (taskId: string) =>
+  sql<{ revision: number; operation_id: string; payload_json: string }>(
+    t.db,
+    "SELECT revision, operation_id, payload_json FROM event_outbox WHERE task_id = ? AND type = 'task.dependencies_resolved'",
+    [taskId],
+  );
+
+const lifecycleOf = async (taskId: string) =>
+  (await sql<{ lifecycle_state: string }>(t.db, 'SELECT lifecycle_state FROM tasks WHERE id = ?', [taskId]))[0]
+    ?.lifecycle_state;
+
+describe('MarkTaskDone', () => {
+  it('marks a created task done; a repeat is already done and writes nothing', async () => {
+    const ws = await world();
+    const a = await created(ws, { title: 'a' });
+    expect(await markTaskDone(t.db, a.task.id)).toEqual({
+      task_id: a.task.id,
+      workspace_id: ws.workspaceId,
+      already_done: false,
+      dependencies_resolved: [],
+    });
+    expect(await lifecycleOf(a.task.id)).toBe('done');
+    const before = await snapshot(t.db, a.operationId, a.task.id);
+    expect((await markTaskDone(t.db, a.task.id)).already_done).toBe(true);
+    expect(await snapshot(t.db, a.operationId, a.task.id)).toBe(before);
+  });
+
+  it('refuses an unknown task and one still being created, with zero writes', async () => {
+    const ws = await world();
+    await expectTyped(markTaskDone(t.db, '00000000-0000-4000-8000-000000000000'), 'not_found');
+    const open = await begin(t.db, ws, { title: 'open' });
+    const before = await snapshot(t.db, open.operationId, open.task.id);
+    await expectTyped(markTaskDone(t.db, open.task.id), 'creation_state_conflict');
+    expect(await snapshot(t.db, open.operationId, open.task.id)).toBe(before);
+    expect(await lifecycleOf(open.task.id)).toBe('live');
+  });
+
+  it('resolves a blocked task only when its last blocker is done: one event, at revision two', async () => {
+    const ws = await world();
+    const b1 = await created(ws, { title: 'b1' });
+    const b2 = await created(ws, { title: 'b2' });
+    const d = await created(ws, deferred(ws, [b1.task.id, b2.task.id]));
+    expect(d.task.start_policy).toBe('deferred');
+
+    expect((await markTaskDone(t.db, b1.task.id)).dependencies_resolved).toEqual([]);
+    expect(await resolvedEvents(d.task.id)).toHaveLength(0);
+    expect((await markTaskDone(t.db, b2.task.id)).dependencies_resolved).toEqual([d.task.id]);
+    const events = await resolvedEvents(d.task.id);
+    expect(events).toHaveLength(1);
+    expect(Number(events[0]!.revision)).toBe(2);
+    expect(events[0]!.operation_id).toBe(d.operationId);
+    expect(parseCanonical(events[0]!.payload_json)).toMatchObject({
+      type: 'task.dependencies_resolved',
+      task_id: d.task.id,
+      revision: 2,
+      start_policy: 'deferred',
+      resolved_by: b2.task.id,
+    });
+    expect(await count(t.db, 'tasks', 'id = ? AND revision = 2', [d.task.id])).toBe(1);
+    // No agent yet: the event's delivery promotes and launches.
+    expect(await count(t.db, 'task_sessions', 'task_id = ?', [d.task.id])).toBe(0);
+  });
+
+  it('two blockers marked done at once fire exactly one event', async () => {
+    const ws = await world();
+    const b1 = await created(ws, { title: 'b1' });
+    const b2 = await created(ws, { title: 'b2' });
+    const d = await created(ws, deferred(ws, [b1.task.id, b2.task.id]));
+    const [r1, r2] = await Promise.all([markTaskDone(t.db, b1.task.id), markTaskDone(t.db, b2.task.id)]);
+    expect([...r1.dependencies_resolved, ...r2.dependencies_resolved]).toEqual([d.task.id]);
+    expect(await resolvedEvents(d.task.id)).toHaveLength(1);
+  });
+
+  it('a blocked task still being created when its blocker is done stays blocked', async () => {
+    const ws = await world();
+    const b = await created(ws, { title: 'b' });
+    const d = await created(ws, deferred(ws, [b.task.id]), false);
+    // Its workspace attachment succeeded: the edge exists, the creation is not complete.
+    expect(await count(t.db, 'task_blockers', 'task_id = ? AND blocker_task_id = ?', [d.task.id, b.task.id])).toBe(1);
+    expect((await markTaskDone(t.db, b.task.id)).dependencies_resolved).toEqual([]);
+    expect((await completeTaskCreation(t.db, { kind: 'handle', handle: d.handle! })).outcome).toBe('Created');
+    expect(await resolvedEvents(d.task.id)).toHaveLength(0);
+  });
+});
+
+describe('PromoteDeferredLaunch', () => {
+  it('refuses before the dependencies resolve and for an immediate start, with zero writes', async () => {
+    const ws = await world();
+    const b = await created(ws, { title: 'b' });
+    const d = await created(ws, deferred(ws, [b.task.id]));
+    const before = await snapshot(t.db, d.operationId, d.task.id);
+    expect(await promoteDeferredLaunch(t.db, d.operationId, 'test')).toEqual({
+      refused: 'its dependencies are not resolved',
+    });
+    expect(await snapshot(t.db, d.operationId, d.task.id)).toBe(before);
+    const now = await created(ws, { title: 'now', start_agent: true, agent_profile_id: ws.agentProfileId });
+    expect(await promoteDeferredLaunch(t.db, now.operationId, 'test')).toMatchObject({
+      refused: expect.stringContaining('immediate'),
+    });
+  });
+
+  it('materializes exactly one session/launch pair, launches it, and the ledger verifies clean', async () => {
+    const ws = await world();
+    const b = await created(ws, { title: 'b' });
+    const d = await created(ws, deferred(ws, [b.task.id]));
+    const planned = (await stepRows(t.db, d.operationId)).length;
+    await markTaskDone(t.db, b.task.id);
+
+    // Three promotions at once: one writes the pair, the others find it.
+    const results = await Promise.all([1, 2, 3].map(() => promoteDeferredLaunch(t.db, d.operationId, 'test')));
+    const promoted = results.filter((r) => 'promoted' in r && r.promoted);
+    expect(promoted).toHaveLength(1);
+    const sessionId = (promoted[0] as { sessionId: string }).sessionId;
+    expect(results.every((r) => 'sessionId' in r && r.sessionId === sessionId)).toBe(true);
+    const steps = await stepRows(t.db, d.operationId);
+    expect(steps).toHaveLength(planned + 2);
+    expect(steps.filter((s) => s.step_key === sessionId).map((s) => `${s.kind} ${s.state}`)).toEqual([
+      'launch_intent armed',
+      'session_prepare succeeded',
+    ]);
+    expect(
+      await count(t.db, 'task_sessions', "task_id = ? AND id = ? AND state = 'prepared'", [d.task.id, sessionId]),
+    ).toBe(1);
+
+    const launched = await processLaunchJob(
+      {
+        db: t.db,
+        executor: new LocalProcessExecutor(join(ws.dataDir, 'runtime')),
+        dataDir: ws.dataDir,
+        log: silentLogger(),
+        metrics: null,
+        workerId: 'done-test',
+        leaseMs: 60_000,
+      },
+      { operationId: d.operationId, taskId: d.task.id, sessionId },
+    );
+    expect(launched).toBe('launched');
+    expect(await count(t.db, 'task_launch_dispatch_claims', "task_id = ? AND state = 'succeeded'", [d.task.id])).toBe(
+      1,
+    );
+
+    const report = await verifyLedger(
+      { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+      { workspaceId: ws.workspaceId, observe: true, maxDrift: 100, pageSize: 50 },
+    );
+    expect(report.drift).toEqual([]);
+    expect(report.counts.dispatch_claims).toBe(1);
+
+    // Without its resolution event, the pair and the launch are drift.
+    await sql(t.db, "DELETE FROM event_outbox WHERE task_id = ? AND type = 'task.dependencies_resolved'", [d.task.id]);
+    const tampered = await verifyLedger(
+      { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+      { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
+    );
+    expect(tampered.drift.map((x) => `${x.code} ${x.operation_id}`).sort()).toEqual([
+      `launch_before_event ${d.operationId}`,
+      `step_set ${d.operationId}`,
+    ]);
+  });
+});
