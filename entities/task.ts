@@ -66,4 +66,8 @@ export class Task {
 
   @Column({ type: 'timestamp' })
   updated_at!: Date;
+
+  /** The blocker whose done resolved this task's dependencies while it was still being created; Complete fires it. */
+  @Column({ type: 'uuid', nullable: true })
+  pending_resolution_by!: string | null;
 }

@@ -1,7 +1,8 @@
 /**
  * What `buildApi` needs from its process: the database, configuration, a
  * logger, the create command (implemented by the coordinator, injected here),
- * optional BullMQ queues for the dashboard, and the metrics registry.
+ * optional BullMQ queues for the dashboard, the metrics registry, and the
+ * outbox wake-up.
  */
 import type { Queue } from 'bullmq';
 import type { AppConfig } from '../app/config';
@@ -18,4 +19,9 @@ export interface ApiDeps {
   /** BullMQ queues shown by Bull Board at `/admin/queues`; the dashboard is not mounted without them. */
   queues?: Queue[];
   metrics: Metrics;
+  /**
+   * Wakes the workspace's outbox dispatcher after a command wrote events (`POST /tasks/:id/done`); the fleet
+   * passes `wakeOutbox` (coordinator/wake-outbox.ts). Without it, the reaper's next sweep delivers them.
+   */
+  wakeOutbox?: (workspaceId: string) => Promise<void>;
 }

@@ -9,7 +9,7 @@
  * `after_complete_before_outbox_delivery` sits between the phase-B commit
  * and the announcement/dispatcher wake-up.
  */
-import { OUTBOX_QUEUE, type CompleteJob, type OutboxJob } from '../../queues/names';
+import type { CompleteJob } from '../../queues/names';
 import type { Db } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import { failpoint } from '../failpoints';
@@ -17,6 +17,7 @@ import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import { completeTaskCreation } from '../store/complete';
 import type { QueueSet } from './queues';
+import { wakeOutbox } from './wake-outbox';
 
 export interface CompleteWorkerDeps {
   db: Db;
@@ -61,16 +62,6 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
     }
     throw err;
   }
-  if (deps.dispatchInPlace) {
-    try {
-      await deps.dispatchInPlace(workspaceId);
-      return 'completed';
-    } catch (err) {
-      log.warn({ err }, 'in-place outbox delivery failed; waking a dispatcher');
-    }
-  }
-  await deps.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId } satisfies OutboxJob, {
-    jobId: `outbox-${workspaceId}-${Date.now()}`,
-  });
+  await wakeOutbox({ queues: deps.queues, log, dispatchInPlace: deps.dispatchInPlace }, workspaceId);
   return 'completed';
 }

@@ -7,7 +7,9 @@
  *
  * The webhook scenario is one sequence: the first delivery does not wait
  * (`wait_ms=0`, as a webhook receiver with a short timeout would), the first
- * retry follows at once, the others after the creation has ended.
+ * retry follows at once, the others after the creation has ended. The
+ * deferred task goes last; once it and its blocker are created, the blocker
+ * is marked done (`POST /api/v1/tasks/:id/done`), which starts its agent.
  */
 import type { BatchPlan, DemoRequest } from './scenarios';
 
@@ -132,6 +134,35 @@ export interface BatchResults {
   tasks: RequestResult[];
   faults: RequestResult[];
   webhook: RequestResult[];
+  /** `POST /tasks/:blocker/done` for the deferred task's blocker; null when the deferred task was not created. */
+  done: DoneResult | null;
+}
+
+export interface DoneResult {
+  blockerId: string;
+  status: number | null;
+  /** The tasks the answer says it unblocked. */
+  resolved: string[];
+  error: string | null;
+}
+
+/** Marks a task done over REST (the deferred start's trigger). */
+export async function markDone(api: ApiClient, taskId: string): Promise<DoneResult> {
+  const result: DoneResult = { blockerId: taskId, status: null, resolved: [], error: null };
+  try {
+    const res = await fetch(`${api.baseUrl}/api/v1/tasks/${taskId}/done`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${api.token}` },
+      signal: AbortSignal.timeout(ANSWER_MARGIN_MS),
+    });
+    const body = (await res.json()) as Json;
+    result.status = res.status;
+    if (Array.isArray(body.dependencies_resolved)) result.resolved = body.dependencies_resolved.map(String);
+    result.error = errorText(body);
+  } catch (err) {
+    result.error = err instanceof Error ? err.message : String(err);
+  }
+  return result;
 }
 
 /** The number of HTTP requests `runBatch` sends for a plan. */
@@ -166,19 +197,29 @@ export async function runBatch(api: ApiClient, plan: BatchPlan, progress: Progre
     { kind: 'webhook' },
     ...plan.faults.map((request): Job => ({ kind: 'one', request })),
   ];
-  const done = await pool<Job, RequestResult | RequestResult[]>(jobs, CONCURRENCY, (job) =>
+  const answers = await pool<Job, RequestResult | RequestResult[]>(jobs, CONCURRENCY, (job) =>
     job.kind === 'one' ? send(job.request) : webhook(),
   );
-  const flat = done.filter((d): d is RequestResult => !Array.isArray(d));
+  const flat = answers.filter((d): d is RequestResult => !Array.isArray(d));
   const tasks = flat.filter((r) => !r.request.fault);
   const faults = flat.filter((r) => r.request.fault);
-  const webhookResults = done.find((d): d is RequestResult[] => Array.isArray(d)) ?? [];
+  const webhookResults = answers.find((d): d is RequestResult[] => Array.isArray(d)) ?? [];
 
-  // The deferred task needs its blocker to exist: the first ordinary task, whatever its state.
+  // The deferred task needs its blocker to exist: the first ordinary task, whatever its state. Once both are
+  // created, the blocker is marked done: that resolves the deferred task, and its agent starts.
+  let done: DoneResult | null = null;
   if (plan.deferred) {
-    const blocker = tasks[0]?.taskId;
-    if (blocker) tasks.push(await send(plan.deferred(blocker)));
-    else {
+    const blocker = tasks[0];
+    if (blocker?.taskId) {
+      const deferred = await send(plan.deferred(blocker.taskId));
+      tasks.push(deferred);
+      if (deferred.taskId && deferred.operationId && blocker.operationId) {
+        // Marking done fires only for created tasks (a task still being created stays blocked).
+        await waitForOperation(api, blocker.operationId, 20_000);
+        await waitForOperation(api, deferred.operationId, 20_000);
+        done = await markDone(api, blocker.taskId);
+      }
+    } else {
       const request = plan.deferred('00000000-0000-4000-8000-000000000000');
       tasks.push({
         request,
@@ -191,5 +232,5 @@ export async function runBatch(api: ApiClient, plan: BatchPlan, progress: Progre
       progress.record('error');
     }
   }
-  return { tasks, faults, webhook: webhookResults };
+  return { tasks, faults, webhook: webhookResults, done };
 }

@@ -1,6 +1,7 @@
 /**
  * What the ledger says about the demo workspace (plain reads, no locks): the
- * operations by state, the `task.created` events and their delivery, launch
+ * operations by state, the `task.created` and `task.dependencies_resolved`
+ * events and their delivery, launch
  * dispatch claims and running executors, worktrees on disk. `waitForSettled`
  * polls it until nothing is left to happen, or a bound passes.
  */
@@ -31,7 +32,9 @@ export interface StepRow {
 export interface LedgerSnapshot {
   operations: OperationRow[];
   events: { total: number; delivered: number; duplicateTasks: number };
-  /** Completed creations with an immediate start: each should launch one agent. */
+  /** `task.dependencies_resolved` events, and how many of them are for a deferred start. */
+  resolved: { total: number; delivered: number; deferred: number };
+  /** Completed creations with an immediate start, and resolved deferred starts: each should launch one agent. */
   launchesExpected: number;
   claims: Record<string, number>;
   executors: Record<string, number>;
@@ -67,6 +70,14 @@ export async function readSnapshot(db: Db, workspaceId: string, dataDir: string)
     db,
     `SELECT COUNT(*) AS total, COUNT(delivered_at) AS delivered FROM event_outbox
       WHERE workspace_id = ? AND type = 'task.created'`,
+    [workspaceId],
+  );
+  const [res] = await readRows<{ total: unknown; delivered: unknown; deferred: unknown }>(
+    db,
+    `SELECT COUNT(*) AS total, COUNT(e.delivered_at) AS delivered,
+            SUM(CASE WHEN o.start_policy = 'deferred' AND o.state = 'completed' THEN 1 ELSE 0 END) AS deferred
+       FROM event_outbox e JOIN task_creation_operations o ON o.id = e.operation_id
+      WHERE e.workspace_id = ? AND e.type = 'task.dependencies_resolved'`,
     [workspaceId],
   );
   const dups = await readRows<{ task_id: string }>(
@@ -108,7 +119,9 @@ export async function readSnapshot(db: Db, workspaceId: string, dataDir: string)
   return {
     operations,
     events: { total: num(ev?.total), delivered: num(ev?.delivered), duplicateTasks: dups.length },
-    launchesExpected: operations.filter((o) => o.state === 'completed' && o.start_policy === 'immediate').length,
+    resolved: { total: num(res?.total), delivered: num(res?.delivered), deferred: num(res?.deferred) },
+    launchesExpected:
+      operations.filter((o) => o.state === 'completed' && o.start_policy === 'immediate').length + num(res?.deferred),
     claims: countBy(claims),
     executors: countBy(executors),
     worktrees: {
@@ -143,6 +156,8 @@ function outstanding(s: LedgerSnapshot): { active: number; stuck: number; rest: 
     rest:
       s.events.total -
       s.events.delivered +
+      s.resolved.total -
+      s.resolved.delivered +
       Math.max(0, s.launchesExpected - launched) +
       Math.max(0, (s.claims.succeeded ?? 0) - s.agentMarkers),
   };

@@ -6,7 +6,7 @@
  * demo shows is broken (a duplicate event, a retried webhook making a second
  * task, a refused request leaving a row behind, an event or launch missing).
  */
-import type { BatchResults, RequestResult, ResponseKind } from './batch';
+import type { BatchResults, DoneResult, RequestResult, ResponseKind } from './batch';
 import type { LedgerSnapshot, OperationRow, StepRow } from './ledger';
 import { PR_MISSING, PR_TRANSIENT, TRANSIENT_FAULTS } from './scenarios';
 import { AGENT_MARKER_FILE } from './setup';
@@ -76,6 +76,16 @@ function describeFault(r: RequestResult, op: OperationRow | undefined, steps: St
   return head;
 }
 
+function deferredLine(deferred: number, done: DoneResult | null, s: LedgerSnapshot): string {
+  const head = `${deferred} (blocked_by: no agent until the blocker is done)`;
+  if (!done) return head;
+  const answer = done.status === 200 ? `200, unblocked ${done.resolved.length}` : `${done.status ?? '-'} ${done.error}`;
+  return (
+    `${head}; POST /tasks/<blocker>/done: ${answer}; task.dependencies_resolved ${s.resolved.delivered} delivered / ` +
+    `${s.resolved.total} written, ${s.resolved.deferred} deferred starts promoted to a launch`
+  );
+}
+
 export function summarize(input: SummaryInput): Summary {
   const { results, snapshot: s } = input;
   const all = [...results.tasks, ...results.webhook, ...results.faults];
@@ -104,10 +114,15 @@ export function summarize(input: SummaryInput): Summary {
     .map(([k, v]) => `${v} ${k}`)
     .join(', ');
   lines.push(
-    `  launches           dispatch claims succeeded ${claimsOk} / ${s.launchesExpected} immediate starts; executors_running ${execs || '0'}; ${s.agentMarkers} agents wrote ${AGENT_MARKER_FILE}`,
+    `  launches           dispatch claims succeeded ${claimsOk} / ${s.launchesExpected} expected starts (immediate, and deferred once unblocked); executors_running ${execs || '0'}; ${s.agentMarkers} agents wrote ${AGENT_MARKER_FILE}`,
   );
   const deferred = s.operations.filter((o) => o.start_policy === 'deferred' && o.state === 'completed').length;
-  lines.push(`  deferred starts    ${deferred} (blocked_by: no agent until the blocker is done)`);
+  lines.push(`  deferred starts    ${deferredLine(deferred, results.done, s)}`);
+  if (results.done && results.done.status !== 200) {
+    failures.push(`marking the blocker done answered ${results.done.status ?? 'nothing'}: ${results.done.error ?? ''}`);
+  } else if (results.done && s.resolved.deferred < deferred) {
+    failures.push(`${deferred - s.resolved.deferred} deferred starts were not unblocked by their blocker's done`);
+  }
   lines.push(
     `  worktrees          ${s.worktrees.onDisk} on disk / ${s.worktrees.total} recorded, under ${s.worktrees.dir}`,
   );

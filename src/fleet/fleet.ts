@@ -27,6 +27,7 @@ import type { AppConfig } from '../app/config';
 import { runDueCleanupJobs } from '../cleanup/worker';
 import { processCompleteJob } from '../coordinator/complete-worker';
 import { makeCreateTask } from '../coordinator/create';
+import { wakeOutbox } from '../coordinator/wake-outbox';
 import { QueueSet } from '../coordinator/queues';
 import { processStepJob, type StepHandlers } from '../coordinator/step-worker';
 import { createDataSource } from '../db/data-source';
@@ -245,7 +246,17 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   if (roles.has('api')) {
     // Loaded only here: Fastify, Bull Board and the routes cost a worker-only process ~13 MB of resident memory for nothing.
     const { buildApi } = await import('../api/server');
-    api = buildApi({ db, config, log: log.child({ role: 'api' }), createTask, queues: queues.all(), metrics });
+    const alog = log.child({ role: 'api' });
+    const waker = { queues, log: alog, dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined };
+    api = buildApi({
+      db,
+      config,
+      log: alog,
+      createTask,
+      queues: queues.all(),
+      metrics,
+      wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
+    });
     await api.listen({ port: config.port, host: '127.0.0.1' });
   }
   log.info({ roles: [...roles], worker_id: workerId, dialect: config.db.dialect }, 'taskledger fleet started');

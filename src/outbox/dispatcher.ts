@@ -17,7 +17,8 @@ import { readRows, runTransaction, type Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { QueueSet } from '../coordinator/queues';
-import { promoteDeferredLaunch } from '../store/deferred-launch';
+import { isTaskLedgerError } from '../domain/errors';
+import { promoteDeferredLaunch, type PromotionResult } from '../store/deferred-launch';
 
 export interface OutboxEvent {
   seq: string;
@@ -62,7 +63,17 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOp
   if (unblocked) {
     // Idempotent: a repeated delivery finds the pair already there. A refusal (the task is no longer live, or
     // its profile resolved no launch) leaves no intent, so nothing launches below.
-    const promotion = await promoteDeferredLaunch(deps.db, event.operation_id, PROMOTION_ACTOR);
+    let promotion: PromotionResult;
+    try {
+      promotion = await promoteDeferredLaunch(deps.db, event.operation_id, PROMOTION_ACTOR);
+    } catch (err) {
+      // A ledger that refuses this operation (rows that do not match their plan) must not hold up the workspace's
+      // other events: the start stays unpromoted, and `taskledger verify` reports it. Transient failures retry.
+      if (!isTaskLedgerError(err) || err.code === 'retry_exhausted') throw err;
+      deps.log.error({ err, operation_id: event.operation_id }, 'deferred start refused by the ledger: not launched');
+      deps.metrics?.jobsSkipped.inc({ queue: 'outbox', reason: err.code });
+      promotion = { refused: err.message };
+    }
     if ('refused' in promotion) {
       deps.log.info({ operation_id: event.operation_id, reason: promotion.refused }, 'deferred start not promoted');
     }

@@ -7,7 +7,10 @@
  * commits `preparing -> completing` (operation and task). No event.
  * Phase B — reacquires the same set plus outbox 16, requires `completing`,
  * revalidates everything, and runs `completeTaskCreationLocked`: task and
- * operation `completed`, revision one, `task.created` in the outbox.
+ * operation `completed`, revision one, `task.created` in the outbox — and,
+ * when a blocker's done resolved the task's last dependency while it was
+ * being created (`tasks.pending_resolution_by`), revision two and its
+ * `task.dependencies_resolved` right after (store/task-done.ts).
  * A completed operation replays its stored outcome and event with no writes.
  */
 import { failpoint } from '../failpoints';
@@ -21,6 +24,7 @@ import { runTransaction, type Db, type Tx } from '../db/tx';
 import { verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
 import { lockStepsLocked } from './step-rows';
+import { insertResolvedEventLocked } from './task-done';
 import type { CompleteResult, OperationAuthority } from './types';
 
 interface VerifiedCreation {
@@ -68,10 +72,18 @@ async function lockAndVerifyLocked(
 /**
  * The locked finalizer: never begins a transaction or takes a lock below the
  * outbox tier. Marks task/identity/operation complete, allocates revision one
- * and inserts the single `task.created` event (unique per task and revision).
+ * and inserts the single `task.created` event (unique per task and revision);
+ * then a waiting resolution's event at revision two.
  */
 export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): Promise<CompleteResult> {
-  const eventId = randomUUID();
+  const eventId: string = randomUUID();
+  // A blocker marked done while this task was being created resolved its last dependency (store/task-done.ts):
+  // its task.dependencies_resolved follows task.created, at revision two. Outbox keys are taken in order.
+  const resolvedBy = v.task.pending_resolution_by;
+  const resolvedEventId: string | null = resolvedBy === null ? null : randomUUID();
+  for (const id of [eventId, resolvedEventId].filter((x): x is string => x !== null).sort()) {
+    tx.lockRow(TIER.OUTBOX, 'event_outbox', id);
+  }
   const outcome = v.op.release_applied ? 'CreatedIdentityLost' : 'Created';
   await tx.exec(
     `UPDATE tasks SET creation_state = 'completed', revision = 1,
@@ -86,7 +98,6 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
     `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
     [v.task.id, v.op.workspace_id, v.op.id, eventId],
   );
-  tx.lockRow(TIER.OUTBOX, 'event_outbox', eventId);
   const payload = {
     version: 1,
     type: 'task.created',
@@ -114,6 +125,20 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
     throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', {
       operation_id: v.op.id,
     });
+  if (resolvedBy !== null && resolvedEventId !== null) {
+    await tx.exec(`UPDATE tasks SET revision = 2, pending_resolution_by = NULL, updated_at = ${tx.now} WHERE id = ?`, [
+      v.task.id,
+    ]);
+    await insertResolvedEventLocked(tx, {
+      eventId: resolvedEventId,
+      taskId: v.task.id,
+      workspaceId: v.op.workspace_id,
+      operationId: v.op.id,
+      revision: 2,
+      startPolicy: v.plan.start_policy,
+      resolvedBy,
+    });
+  }
   return { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
 }
 

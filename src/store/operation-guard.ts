@@ -169,7 +169,7 @@ export interface ChainAhead {
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
-const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision FROM tasks WHERE id = ? FOR UPDATE`;
+const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, pending_resolution_by FROM tasks WHERE id = ? FOR UPDATE`;
 const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
 
 function chainStatements(operationId: string, taskId: string, ahead: ChainAhead): Statement[] {
@@ -316,4 +316,6 @@ export interface TaskLockRow {
   lifecycle_generation: number;
   external_id: string | null;
   revision: number;
+  /** Set when the task's last blocker was marked done while it was being created (store/task-done.ts). */
+  pending_resolution_by: string | null;
 }

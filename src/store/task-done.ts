@@ -18,12 +18,17 @@
  *   or deleted: `creation_state_conflict`; nothing written.
  * - already `done`: nothing written, `already_done: true` (a retried request
  *   fires nothing twice).
- * - a blocked task still being created is passed over: creation never
- *   evaluates predecessor state retroactively (spec), so it stays blocked.
+ * - a blocked task still being created (`preparing|completing`) gets no
+ *   event yet — no event may precede its `task.created` — but records this
+ *   task in `pending_resolution_by`; its Complete's phase B, which writes
+ *   its task row under the same lock, writes the event right after
+ *   `task.created` (store/complete.ts). A task blocked only by tasks already
+ *   done when it was created is never resolved: the spec promotes only from
+ *   a later transition.
  * Writes: the task's `lifecycle_state = 'done'`; per resolved task, its
  * revision + 1 and one `task.dependencies_resolved` event at that revision
- * (unique per task and revision) naming its creation operation and start
- * policy. The blocker edges are read before the locks and again under them;
+ * (unique per task and revision) naming its creation operation, start
+ * policy and this task; per pending one, `pending_resolution_by`. The blocker edges are read before the locks and again under them;
  * when they differ, the command restarts from tier 1.
  */
 import { randomUUID } from 'node:crypto';
@@ -39,6 +44,44 @@ export interface MarkDoneResult {
   already_done: boolean;
   /** The tasks whose last blocker this was, each given its `task.dependencies_resolved` event (ascending ID). */
   dependencies_resolved: string[];
+  /** Tasks whose last blocker this was that are still being created: their Complete fires the event. */
+  resolution_pending: string[];
+}
+
+export interface ResolvedEvent {
+  eventId: string;
+  taskId: string;
+  workspaceId: string;
+  operationId: string;
+  revision: number;
+  startPolicy: string;
+  /** The blocker whose done resolved the last dependency. */
+  resolvedBy: string;
+}
+
+/**
+ * Inserts one `task.dependencies_resolved` (MarkTaskDone, or Complete's phase
+ * B for a resolution that waited for it). The caller holds the task row (5.2)
+ * and has set its revision; this registers the outbox row (16).
+ */
+export async function insertResolvedEventLocked(tx: Tx, e: ResolvedEvent): Promise<void> {
+  tx.lockRow(TIER.OUTBOX, 'event_outbox', e.eventId);
+  const payload = {
+    version: 1,
+    type: 'task.dependencies_resolved',
+    event_id: e.eventId,
+    task_id: e.taskId,
+    workspace_id: e.workspaceId,
+    operation_id: e.operationId,
+    revision: e.revision,
+    start_policy: e.startPolicy,
+    resolved_by: e.resolvedBy,
+  };
+  await tx.exec(
+    `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
+     VALUES (?, ?, ?, ?, 'task.dependencies_resolved', ?, ?, ?, ${tx.now})`,
+    [e.eventId, e.workspaceId, e.taskId, e.revision, e.operationId, canonicalJson(payload), payloadHash(payload)],
+  );
 }
 
 interface Edge {
@@ -87,7 +130,12 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
   const rows = new Map(locked.map((r) => [r.id, r]));
   const task = rows.get(taskId);
   if (!task) return 'moved';
-  const result = { task_id: taskId, workspace_id: task.workspace_id, dependencies_resolved: [] as string[] };
+  const result = {
+    task_id: taskId,
+    workspace_id: task.workspace_id,
+    dependencies_resolved: [] as string[],
+    resolution_pending: [] as string[],
+  };
   if (task.creation_state !== 'completed' || task.lifecycle_state === 'deleted') {
     throw new ConflictError(
       'creation_state_conflict',
@@ -103,37 +151,35 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
     [taskId],
   );
   const done = (id: string): boolean => id === taskId || rows.get(id)?.lifecycle_state === 'done';
-  const resolved = [...new Set(edges.map((e) => e.task_id))].filter((id) => {
+  // Every live task whose blockers are now all done; those created get their event now.
+  const resolvable = [...new Set(edges.map((e) => e.task_id))].filter((id) => {
     const t = rows.get(id);
-    if (!t || t.creation_state !== 'completed' || t.lifecycle_state !== 'live') return false;
+    if (!t || t.lifecycle_state !== 'live') return false;
     return edges.filter((e) => e.task_id === id).every((e) => done(e.blocker_task_id));
   });
+  const resolved = resolvable.filter((id) => rows.get(id)!.creation_state === 'completed');
+  // Still being created: the event waits for its task.created; Complete's phase B writes it (store/complete.ts).
+  const pending = resolvable.filter((id) => rows.get(id)!.creation_state !== 'completed');
+  for (const id of pending) {
+    await tx.exec(`UPDATE tasks SET pending_resolution_by = ?, updated_at = ${tx.now} WHERE id = ?`, [taskId, id]);
+  }
   const events = resolved.map((id) => ({ eventId: randomUUID(), task: rows.get(id)! }));
   for (const { task: t } of events) {
     await tx.exec(`UPDATE tasks SET revision = revision + 1, updated_at = ${tx.now} WHERE id = ?`, [t.id]);
   }
   events.sort((a, b) => (a.eventId < b.eventId ? -1 : 1));
   for (const { eventId, task: t } of events) {
-    tx.lockRow(TIER.OUTBOX, 'event_outbox', eventId);
-    const revision = Number(t.revision) + 1;
-    const payload = {
-      version: 1,
-      type: 'task.dependencies_resolved',
-      event_id: eventId,
-      task_id: t.id,
-      workspace_id: t.workspace_id,
-      operation_id: t.creation_operation_id,
-      revision,
-      start_policy: t.start_policy,
-      resolved_by: taskId,
-    };
-    await tx.exec(
-      `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
-       VALUES (?, ?, ?, ?, 'task.dependencies_resolved', ?, ?, ?, ${tx.now})`,
-      [eventId, t.workspace_id, t.id, revision, t.creation_operation_id, canonicalJson(payload), payloadHash(payload)],
-    );
+    await insertResolvedEventLocked(tx, {
+      eventId,
+      taskId: t.id,
+      workspaceId: t.workspace_id,
+      operationId: t.creation_operation_id,
+      revision: Number(t.revision) + 1,
+      startPolicy: t.start_policy,
+      resolvedBy: taskId,
+    });
   }
-  return { ...result, already_done: false, dependencies_resolved: resolved };
+  return { ...result, already_done: false, dependencies_resolved: resolved, resolution_pending: pending };
 }
 
 export async function markTaskDone(db: Db, taskId: string): Promise<MarkDoneResult> {

@@ -13,7 +13,8 @@
  *   task is `completed`; an unfinished or aborted one has none;
  * - a deferred start's promoted session/launch pair (plan/session-launch.ts):
  *   only in a completed creation, only with its one
- *   `task.dependencies_resolved` event (after revision one);
+ *   `task.dependencies_resolved` event (after revision one), and present once
+ *   that event was delivered for a live task;
  * - dispatch claims: only for a completed operation, never created before the
  *   event that announced the launch (`task.created`, or for a deferred start
  *   `task.dependencies_resolved`), with the dispatch key and the launch intent's request
@@ -29,6 +30,7 @@ import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { cleanupProofHash, compensationProofHash, domainHash, evidenceHash, payloadHash } from '../canonical/hash';
 import type { CreationPlan } from '../canonical/types';
 import { validateCompensationProof, validateStepEvidence } from '../canonical/validate';
+import { promotedSteps } from '../plan/session-launch';
 import { abortBlocker } from '../store/abort';
 import { DISPATCH_EVIDENCE_DOMAIN, dispatchIdempotencyKey } from '../store/launch-dispatch';
 import { verifyStoredBindings } from '../store/operation-guard';
@@ -228,8 +230,14 @@ export function checkOperation(rec: OperationRecord): Drift[] {
   if (plan) {
     const p: CreationPlan = plan;
     guard(emit, 'step_set', `operation ${op.id}`, () => verifyStepSet(rec.steps, p, op.state === 'completed'));
-    if (rec.steps.length > p.steps.length && !rec.events.some((e) => e.type === RESOLVED)) {
+    const resolved = rec.events.find((e) => e.type === RESOLVED);
+    if (rec.steps.length > p.steps.length && !resolved) {
       emit('step_set', `operation ${op.id}`, `a promoted session/launch pair without its ${RESOLVED} event`);
+    }
+    // Delivery promotes before it marks the event: a live deferred task with a delivered event and no pair never starts.
+    const promotable = op.state === 'completed' && promotedSteps(p).length > 0 && rec.task?.lifecycle_state === 'live';
+    if (promotable && resolved?.delivered_at != null && rec.steps.length === p.steps.length) {
+      emit('step_set', `operation ${op.id}`, `${RESOLVED} was delivered, but the deferred start was never promoted`);
     }
   }
   for (const step of rec.steps) checkStep(emit, step, plan);

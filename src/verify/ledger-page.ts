@@ -25,6 +25,7 @@ export interface EventRow {
   payload_json: string;
   payload_sha256: string;
   created_at: Date;
+  delivered_at: Date | null;
 }
 
 export interface DispatchClaimRow {
@@ -81,7 +82,7 @@ async function readChildren(read: SnapshotReader, ids: string[], taskIds: string
       ids,
     ),
     await read<EventRow>(
-      `SELECT event_id, operation_id, task_id, revision, type, payload_json, payload_sha256, created_at
+      `SELECT event_id, operation_id, task_id, revision, type, payload_json, payload_sha256, created_at, delivered_at
          FROM event_outbox WHERE operation_id IN (${inOps}) ORDER BY seq`,
       ids,
     ),

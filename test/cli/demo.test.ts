@@ -153,9 +153,13 @@ describe(`taskledger demo (${dialect})`, () => {
     expect(events, run.stdout).not.toBeNull();
     expect(Number(events![1])).toBeGreaterThanOrEqual(summaryCount('Created'));
     expect(Number(events![1])).toBe(completed);
-    const launches = /dispatch claims succeeded (\d+) \/ (\d+) immediate starts/.exec(run.stdout);
+    const launches = /dispatch claims succeeded (\d+) \/ (\d+) expected starts/.exec(run.stdout);
     expect(Number(launches![1])).toBeGreaterThanOrEqual(1);
     expect(launches![1]).toBe(launches![2]);
+    // The blocker was marked done: the deferred task's agent started too.
+    expect(run.stdout).toMatch(
+      /deferred starts +1 .*POST \/tasks\/<blocker>\/done: 200, unblocked 1; task\.dependencies_resolved 1 delivered \/ 1 written, 1 deferred starts promoted to a launch/,
+    );
 
     expect(run.stdout).toMatch(/^ {2}operator +token \S{43} /m);
     expect(run.stdout).toMatch(/^ {2}dashboard +http:\/\/127\.0\.0\.1:\d+\/admin\/queues\?token=/m);

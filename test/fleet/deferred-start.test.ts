@@ -57,18 +57,19 @@ describe('a deferred start', () => {
     expect(done.body).toMatchObject({ already_done: false, dependencies_resolved: [blocked.id] });
     expect(done.body.task).toMatchObject({ id: blocker.id, lifecycle_state: 'done' });
 
-    await waitFor('the deferred agent to start and its event to be delivered', async () => {
-      const launched = await count(t.db, 'task_launch_dispatch_claims', "task_id = ? AND state = 'succeeded'", [
-        blocked.id,
-      ]);
-      const delivered = await count(
+    // This process runs the outbox and launch roles: the route woke the dispatcher, which delivered the event,
+    // promoted the intent and started the agent before the answer (ADR 0007, ADR 0008).
+    expect(
+      await count(
         t.db,
         'event_outbox',
         "task_id = ? AND type = 'task.dependencies_resolved' AND delivered_at IS NOT NULL",
         [blocked.id],
-      );
-      return launched === 1 && delivered === 1 ? true : null;
-    });
+      ),
+    ).toBe(1);
+    expect(await count(t.db, 'task_launch_dispatch_claims', "task_id = ? AND state = 'succeeded'", [blocked.id])).toBe(
+      1,
+    );
     const marker = join(w.ws.dataDir, 'tasks', blocked.id, 'agent-started.txt');
     await waitFor('the agent to write its file', async () =>
       existsSync(marker) && readFileSync(marker, 'utf8').trim() !== '' ? true : null,

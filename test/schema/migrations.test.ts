@@ -38,6 +38,10 @@ async function repositoryColumns(): Promise<string[]> {
   return (await readColumns(ds)).filter((c) => c.table === 'repositories').map((c) => c.name);
 }
 
+async function taskColumns(): Promise<string[]> {
+  return (await readColumns(ds)).filter((c) => c.table === 'tasks').map((c) => c.name);
+}
+
 async function dispatchClaimIndexes(): Promise<string[]> {
   const rows = (await ds.query(
     DIALECT === 'postgres'
@@ -86,6 +90,12 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // TaskPendingResolution: down() drops exactly its column.
+    expect(await taskColumns()).toContain('pending_resolution_by');
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await taskColumns()).not.toContain('pending_resolution_by');
+    expect(await readTables(ds)).toEqual(all);
+
     // DispatchClaimStateIndex: down() drops exactly its index.
     expect(await dispatchClaimIndexes()).toContain('ix_task_launch_dispatch_claims_state_updated_at');
     await ds.undoLastMigration({ transaction: 'each' });
@@ -97,13 +107,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(all);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 2);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 3);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(all.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 3);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 4);
 
-    for (let i = 3; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 4; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

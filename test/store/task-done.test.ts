@@ -69,6 +69,7 @@ describe('MarkTaskDone', () => {
       workspace_id: ws.workspaceId,
       already_done: false,
       dependencies_resolved: [],
+      resolution_pending: [],
     });
     expect(await lifecycleOf(a.task.id)).toBe('done');
     const before = await snapshot(t.db, a.operationId, a.task.id);
@@ -122,14 +123,47 @@ describe('MarkTaskDone', () => {
     expect(await resolvedEvents(d.task.id)).toHaveLength(1);
   });
 
-  it('a blocked task still being created when its blocker is done stays blocked', async () => {
+  it('a blocked task still being created when its last blocker is done gets its event from its own Complete', async () => {
     const ws = await world();
     const b = await created(ws, { title: 'b' });
     const d = await created(ws, deferred(ws, [b.task.id]), false);
     // Its workspace attachment succeeded: the edge exists, the creation is not complete.
     expect(await count(t.db, 'task_blockers', 'task_id = ? AND blocker_task_id = ?', [d.task.id, b.task.id])).toBe(1);
-    expect((await markTaskDone(t.db, b.task.id)).dependencies_resolved).toEqual([]);
+    expect(await markTaskDone(t.db, b.task.id)).toMatchObject({
+      dependencies_resolved: [],
+      resolution_pending: [d.task.id],
+    });
+    // No event may precede task.created.
+    expect(await count(t.db, 'event_outbox', 'task_id = ?', [d.task.id])).toBe(0);
     expect((await completeTaskCreation(t.db, { kind: 'handle', handle: d.handle! })).outcome).toBe('Created');
+    const events = await sql<{ type: string; revision: number; payload_json: string }>(
+      t.db,
+      'SELECT type, revision, payload_json FROM event_outbox WHERE task_id = ? ORDER BY seq',
+      [d.task.id],
+    );
+    expect(events.map((e) => `${e.type} ${Number(e.revision)}`)).toEqual([
+      'task.created 1',
+      'task.dependencies_resolved 2',
+    ]);
+    expect(parseCanonical(events[1]!.payload_json)).toMatchObject({ resolved_by: b.task.id, start_policy: 'deferred' });
+    const [row] = await sql<{ revision: number; pending_resolution_by: string | null }>(
+      t.db,
+      'SELECT revision, pending_resolution_by FROM tasks WHERE id = ?',
+      [d.task.id],
+    );
+    expect([Number(row!.revision), row!.pending_resolution_by]).toEqual([2, null]);
+    // A replayed Complete writes nothing more.
+    await completeTaskCreation(t.db, { kind: 'handle', handle: d.handle! });
+    expect(await count(t.db, 'event_outbox', 'task_id = ?', [d.task.id])).toBe(2);
+  });
+
+  it('a task whose blockers were all done before it was created is never resolved (the spec promotes only from a later transition)', async () => {
+    const ws = await world();
+    const b = await created(ws, { title: 'b' });
+    await markTaskDone(t.db, b.task.id);
+    const d = await created(ws, deferred(ws, [b.task.id]));
+    expect(d.task.start_policy).toBe('deferred');
+    expect((await markTaskDone(t.db, b.task.id)).already_done).toBe(true);
     expect(await resolvedEvents(d.task.id)).toHaveLength(0);
   });
 });

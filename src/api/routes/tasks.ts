@@ -13,7 +13,9 @@
  * GET /tasks/:id  the task with creation state, placement, blockers, session
  *   and launch state; 404 when absent or outside the caller's workspace.
  * POST /tasks/:id/done  marks a created task done (`src/store/task-done.ts`):
- *   200 {task, already_done, dependencies_resolved: [task ids it unblocked]};
+ *   200 {task, already_done, dependencies_resolved: [task ids it unblocked],
+ *   resolution_pending: [unblocked tasks still being created; their Complete
+ *   fires the event]};
  *   a repeat is 200 with `already_done: true` and fires nothing; 404 as for
  *   GET; 409 `creation_state_conflict` while the task is still being created.
  *   A deferred start whose last blocker this was launches on the event's
@@ -108,8 +110,19 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
       const before = await readTaskDetail(db, req.params.id);
       if (!before || !mayRead(principal, before.workspace_id)) throw notFound('task');
       const result = await markTaskDone(db, req.params.id);
+      if (result.dependencies_resolved.length > 0 && deps.wakeOutbox) {
+        // The events are committed; a failed wake-up only delays them to the reaper's next sweep.
+        await deps.wakeOutbox(result.workspace_id).catch((err: unknown) => {
+          req.log.warn({ err, workspace_id: result.workspace_id }, 'could not wake the outbox dispatcher');
+        });
+      }
       const task = await readTaskDetail(db, req.params.id);
-      return { task, already_done: result.already_done, dependencies_resolved: result.dependencies_resolved };
+      return {
+        task,
+        already_done: result.already_done,
+        dependencies_resolved: result.dependencies_resolved,
+        resolution_pending: result.resolution_pending,
+      };
     });
     done();
   };

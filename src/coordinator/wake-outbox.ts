@@ -1,0 +1,32 @@
+/**
+ * Wakes a workspace's outbox dispatcher after a commit that wrote events
+ * (Complete's phase B, MarkTaskDone). A process that runs the outbox role
+ * delivers in place (`dispatchInPlace`, ADR 0007); if that throws, or without
+ * it, one dispatcher job is queued. A crash before either is healed by the
+ * reaper's sweep, which wakes a dispatcher for every workspace with
+ * undelivered events.
+ */
+import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
+import type { Logger } from '../log';
+import type { QueueSet } from './queues';
+
+export interface OutboxWaker {
+  queues: QueueSet;
+  log: Logger;
+  /** Deliver in this process; throws only for what a queued dispatcher would retry. */
+  dispatchInPlace?: (workspaceId: string) => Promise<unknown>;
+}
+
+export async function wakeOutbox(w: OutboxWaker, workspaceId: string): Promise<void> {
+  if (w.dispatchInPlace) {
+    try {
+      await w.dispatchInPlace(workspaceId);
+      return;
+    } catch (err) {
+      w.log.warn({ err, workspace_id: workspaceId }, 'in-place outbox delivery failed; waking a dispatcher');
+    }
+  }
+  await w.queues.get(OUTBOX_QUEUE).add('dispatch', { workspaceId } satisfies OutboxJob, {
+    jobId: `outbox-${workspaceId}-${Date.now()}`,
+  });
+}
