@@ -3,7 +3,9 @@
  * sequence order, each launch event's agent started (here: in place) before
  * the event is marked; and an event another process's pass marked delivered
  * after this pass read its batch is skipped, with no second launch attempt
- * and no mark. Both dialects.
+ * and no mark. A deferred start's `task.dependencies_resolved` is promoted
+ * and launched; one whose promotion the ledger refuses holds up no other
+ * event, and verify reports it. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -12,11 +14,15 @@ import { QueueSet } from '../../src/coordinator/queues';
 import { silentLogger } from '../../src/log';
 import { processOutboxJob, type OutboxEvent } from '../../src/outbox/dispatcher';
 import { createRedis } from '../../src/runtime/redis';
+import { defaultStepHandlers } from '../../src/steps';
 import { completeTaskCreation } from '../../src/store/complete';
+import { markTaskDone } from '../../src/store/task-done';
+import { verifyLedger } from '../../src/verify/run';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
+import { effectDeps } from '../steps/support';
 
 const t = useTestDb();
 const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
@@ -88,5 +94,70 @@ describe('outbox dispatcher', () => {
     );
     expect(Number(row!.delivery_attempts)).toBe(1);
     expect(await undelivered(ws)).toBe(0);
+  });
+});
+
+describe('a deferred start on delivery', () => {
+  it('is promoted and launched; one the ledger refuses holds up no other event and verify reports it', async () => {
+    const ws = await seedWorkspace(t.db);
+    const blocker = await completed(ws, false);
+    const [b] = await sql<{ task_id: string }>(t.db, 'SELECT task_id FROM task_creation_operations WHERE id = ?', [
+      blocker,
+    ]);
+    const deferred = async (): Promise<{ operationId: string; taskId: string }> => {
+      const res = await begin(t.db, ws, {
+        blocked_by: [b!.task_id],
+        start_agent: true,
+        agent_profile_id: ws.agentProfileId,
+      });
+      const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+      await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+      expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+      return { operationId: res.operationId, taskId: res.task.id };
+    };
+    const good = await deferred();
+    const bad = await deferred();
+    await markTaskDone(t.db, b!.task_id);
+    // The bad one's session row already exists, owned by someone else: its promotion is not a clean slate.
+    const plan = (
+      await sql<{ plan_json: string }>(t.db, 'SELECT plan_json FROM task_creation_operations WHERE id = ?', [
+        bad.operationId,
+      ])
+    )[0]!;
+    const sessionId = (JSON.parse(plan.plan_json) as { deferred_launch: { session_id: string } }).deferred_launch
+      .session_id;
+    const [env] = await sql<{ id: string }>(t.db, 'SELECT id FROM task_environments WHERE task_id = ?', [bad.taskId]);
+    const now = t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)';
+    await sql(
+      t.db,
+      `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
+                                  launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
+       VALUES (?, ?, ?, ?, 'local', 'foreign', ?, ?, 'prepared', ?, ?, ${now}, ${now})`,
+      [sessionId, bad.taskId, ws.workspaceId, env!.id, ws.agentProfileId, 'f'.repeat(64), randomUUID(), randomUUID()],
+    );
+    const launched: string[] = [];
+    const deps = { db: t.db, queues, log: silentLogger(), metrics: null };
+    await processOutboxJob(
+      deps,
+      { workspaceId: ws.workspaceId },
+      {
+        launchInPlace: async (job: LaunchJob) => {
+          launched.push(job.operationId);
+        },
+      },
+    );
+    expect(launched.sort()).toEqual([good.operationId]);
+    expect(await undelivered(ws)).toBe(0);
+    expect(await count(t.db, 'task_creation_steps', 'operation_id = ?', [bad.operationId])).toBe(
+      (await count(t.db, 'task_creation_steps', 'operation_id = ?', [good.operationId])) - 2,
+    );
+
+    const report = await verifyLedger(
+      { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+      { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
+    );
+    expect(report.drift.map((d) => `${d.code} ${d.operation_id} ${d.message}`)).toEqual([
+      `step_set ${bad.operationId} task.dependencies_resolved was delivered, but the deferred start was never promoted`,
+    ]);
   });
 });
