@@ -1,6 +1,7 @@
 /**
  * Rows that name a creation operation the ledger does not hold: a
- * `task.created` event, a launch dispatch claim or a cleanup job whose
+ * `task.created` or `task.dependencies_resolved` event, a launch dispatch
+ * claim or a cleanup job whose
  * operation row is missing. verify/run.ts pages from operations, so without
  * this pass such rows would never be read. One snapshot, reads only.
  */
@@ -13,6 +14,12 @@ const SOURCES = [
     what: 'task.created event',
     sql: `SELECT e.event_id AS id, e.operation_id, e.task_id FROM event_outbox e
            WHERE e.type = 'task.created' AND NOT EXISTS (SELECT 1 FROM task_creation_operations o WHERE o.id = e.operation_id)`,
+    workspaceColumn: 'e.workspace_id',
+  },
+  {
+    what: 'task.dependencies_resolved event',
+    sql: `SELECT e.event_id AS id, e.operation_id, e.task_id FROM event_outbox e
+           WHERE e.type = 'task.dependencies_resolved' AND NOT EXISTS (SELECT 1 FROM task_creation_operations o WHERE o.id = e.operation_id)`,
     workspaceColumn: 'e.workspace_id',
   },
   {

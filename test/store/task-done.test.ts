@@ -241,5 +241,26 @@ describe('PromoteDeferredLaunch', () => {
       `launch_before_event ${d.operationId}`,
       `step_set ${d.operationId}`,
     ]);
+
+    // A resolution event whose creation operation the ledger does not hold is an orphan.
+    const ghost = '00000000-0000-4000-8000-00000000abcd';
+    const now = t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)';
+    await sql(
+      t.db,
+      `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
+       VALUES (?, ?, ?, 2, 'task.dependencies_resolved', ?, '{}', ?, ${now})`,
+      [
+        '00000000-0000-4000-8000-00000000ef01',
+        ws.workspaceId,
+        '00000000-0000-4000-8000-00000000ef02',
+        ghost,
+        'e'.repeat(64),
+      ],
+    );
+    const orphaned = await verifyLedger(
+      { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+      { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
+    );
+    expect(orphaned.drift.filter((x) => x.code === 'orphan_row').map((x) => x.operation_id)).toEqual([ghost]);
   });
 });
