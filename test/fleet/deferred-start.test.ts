@@ -3,12 +3,15 @@
  * with `blocked_by` and `start_agent` completes with no session and no agent;
  * `POST /tasks/:blocker/done` fires its `task.dependencies_resolved`, whose
  * delivery promotes the deferred intent and starts the agent exactly once; a
- * repeated done changes nothing. Also the route's 404s. Both dialects.
+ * repeated done changes nothing; a blocked task between its Complete phases
+ * when its blocker is done starts once its Complete ends. Also the route's
+ * 404s. Both dialects.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { count, useTestDb } from '../support/db';
+import { armFailpoint, disarmFailpoint } from '../../src/failpoints';
+import { count, sql, useTestDb } from '../support/db';
 import { startWorld, waitFor, type FleetWorld } from './support';
 
 const t = useTestDb();
@@ -87,6 +90,54 @@ describe('a deferred start', () => {
     );
     expect(await count(t.db, 'task_sessions', 'task_id = ?', [blocked.id])).toBe(1);
     expect(await count(t.db, 'task_launch_dispatch_claims', 'task_id = ?', [blocked.id])).toBe(1);
+  });
+
+  it('a blocked task between its Complete phases when its blocker is done starts once its Complete ends', async () => {
+    const blocker = await create({ title: 'cut the release branch' });
+    // Hold the blocked task's Complete between its phases (creation_state completing) until the blocker is done.
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let reached!: () => void;
+    const between = new Promise<void>((r) => (reached = r));
+    armFailpoint(
+      'between_complete_phase_a_and_b',
+      {
+        kind: 'call',
+        fn: async () => {
+          reached();
+          await held;
+        },
+      },
+      { times: 1 },
+    );
+    try {
+      const creating = call('POST', '/tasks?wait_ms=30000', {
+        workspace_id: w.ws.workspaceId,
+        title: 'tag it',
+        blocked_by: [blocker.id],
+        start_agent: true,
+        agent_profile_id: w.ws.agentProfileId,
+      });
+      await between;
+      const done = await call('POST', `/tasks/${blocker.id}/done`);
+      expect(done.body.dependencies_resolved).toEqual([]);
+      expect(done.body.resolution_pending).toHaveLength(1);
+      const blockedId = done.body.resolution_pending[0] as string;
+      release();
+      expect((await creating).status).toBe(200);
+      await waitFor('the held task to start', async () =>
+        (await count(t.db, 'task_launch_dispatch_claims', "task_id = ? AND state = 'succeeded'", [blockedId])) === 1
+          ? true
+          : null,
+      );
+      const events = await sql<{ type: string }>(t.db, 'SELECT type FROM event_outbox WHERE task_id = ? ORDER BY seq', [
+        blockedId,
+      ]);
+      expect(events.map((e) => e.type)).toEqual(['task.created', 'task.dependencies_resolved']);
+    } finally {
+      release();
+      disarmFailpoint('between_complete_phase_a_and_b');
+    }
   });
 
   it('a task with no agent gets its event and nothing starts', async () => {
