@@ -9,20 +9,14 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { armFailpoint, disarmFailpoint } from '../../src/failpoints';
 import { count, sql, useTestDb } from '../support/db';
-import { startWorld, waitFor, type FleetWorld } from './support';
+import { useWorld, waitFor, type FleetWorld } from './support';
 
 const t = useTestDb();
 let w: FleetWorld;
-
-beforeAll(async () => {
-  w = await startWorld(t.db);
-});
-afterAll(async () => {
-  await w?.stop();
-});
+useWorld(t, (world) => (w = world));
 
 async function call(method: 'GET' | 'POST', path: string, body?: unknown) {
   const res = await fetch(`${w.baseUrl}/api/v1${path}`, {

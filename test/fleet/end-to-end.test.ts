@@ -8,22 +8,16 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { LAUNCH_QUEUE } from '../../queues/names';
 import { processStepJob } from '../../src/coordinator/step-worker';
 import { count, sql, useTestDb } from '../support/db';
-import { startWorld, waitFor, type FleetWorld } from './support';
+import { useWorld, waitFor, type FleetWorld } from './support';
 
 const t = useTestDb();
 let w: FleetWorld;
-
-beforeAll(async () => {
-  w = await startWorld(t.db);
-});
-afterAll(async () => {
-  await w?.stop();
-});
+useWorld(t, (world) => (w = world));
 
 async function post(path: string, body: unknown, token: string) {
   const res = await fetch(`${w.baseUrl}${path}`, {

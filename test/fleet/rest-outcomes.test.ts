@@ -2,21 +2,15 @@
  * External-ID outcomes over REST against a running fleet, the admission
  * queue, and the no-leak rule for unauthorized callers. Both dialects.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ADMISSION_QUEUE, type AdmissionJob } from '../../queues/names';
 import { count, sql, useTestDb } from '../support/db';
 import { seedWorkspace } from '../support/seed';
-import { startWorld, waitFor, type FleetWorld } from './support';
+import { useWorld, waitFor, type FleetWorld } from './support';
 
 const t = useTestDb();
 let w: FleetWorld;
-
-beforeAll(async () => {
-  w = await startWorld(t.db);
-});
-afterAll(async () => {
-  await w?.stop();
-});
+useWorld(t, (world) => (w = world));
 
 async function create(body: Record<string, unknown>, token = w.ws.token, query = '?wait_ms=20000') {
   const res = await fetch(`${w.baseUrl}/api/v1/tasks${query}`, {

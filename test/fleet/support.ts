@@ -7,6 +7,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { configFromEnv, type AppConfig } from '../../src/app/config';
 import { startFleet, type Fleet } from '../../src/fleet/fleet';
@@ -87,6 +88,18 @@ export async function startWorld(db: Db, roles?: Role[]): Promise<FleetWorld> {
       await deleteQueuePrefix(config.redisUrl, config.queuePrefix);
     },
   };
+}
+
+/** One world for the file: started before its tests (handed to `set`), stopped after them. */
+export function useWorld(t: { readonly db: Db }, set: (w: FleetWorld) => void, roles?: Role[]): void {
+  let world: FleetWorld | undefined;
+  beforeAll(async () => {
+    world = await startWorld(t.db, roles);
+    set(world);
+  });
+  afterAll(async () => {
+    await world?.stop();
+  });
 }
 
 export async function waitFor<T>(

@@ -5,12 +5,8 @@
  * promotes to exactly one session/launch pair that launches and verifies
  * clean. Both dialects.
  */
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson, parseCanonical } from '../../src/canonical/canonical-json';
-import { LocalProcessExecutor } from '../../src/launch/executor';
-import { processLaunchJob } from '../../src/launch/launch-worker';
-import { silentLogger } from '../../src/log';
 import { defaultStepHandlers } from '../../src/steps';
 import { completeTaskCreation } from '../../src/store/complete';
 import { promoteDeferredLaunch } from '../../src/store/deferred-launch';
@@ -19,6 +15,7 @@ import type { BeginResult, OperationAuthority } from '../../src/store/types';
 import { verifyLedger } from '../../src/verify/run';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, expectTyped, snapshot, stepRows } from '../support/ledger';
+import { launchNow } from '../support/launch';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 import { effectDeps } from '../steps/support';
 
@@ -207,17 +204,11 @@ describe('PromoteDeferredLaunch', () => {
       await count(t.db, 'task_sessions', "task_id = ? AND id = ? AND state = 'prepared'", [d.task.id, sessionId]),
     ).toBe(1);
 
-    const launched = await processLaunchJob(
-      {
-        db: t.db,
-        executor: new LocalProcessExecutor(join(ws.dataDir, 'runtime')),
-        dataDir: ws.dataDir,
-        log: silentLogger(),
-        metrics: null,
-        workerId: 'done-test',
-        leaseMs: 60_000,
-      },
+    const launched = await launchNow(
+      t.db,
+      ws.dataDir,
       { operationId: d.operationId, taskId: d.task.id, sessionId },
+      'done-test',
     );
     expect(launched).toBe('launched');
     expect(await count(t.db, 'task_launch_dispatch_claims', "task_id = ? AND state = 'succeeded'", [d.task.id])).toBe(

@@ -7,13 +7,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { verifyCommand } from '../../src/cli/verify';
-import { LocalProcessExecutor } from '../../src/launch/executor';
-import { processLaunchJob } from '../../src/launch/launch-worker';
-import { silentLogger } from '../../src/log';
 import { defaultStepHandlers } from '../../src/steps';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { BeginResult, OperationAuthority } from '../../src/store/types';
@@ -22,6 +18,7 @@ import { verifyLedger, type VerifyProgress } from '../../src/verify/run';
 import { captureConsole } from '../support/console';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { launchNow } from '../support/launch';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 import { effectDeps, stageAttachmentFiles } from '../steps/support';
 
@@ -52,17 +49,11 @@ async function world(): Promise<World> {
   await driveAllSteps(t.db, doneAuth, done.operationId, ws.dataDir);
   expect((await completeTaskCreation(t.db, doneAuth)).outcome).toBe('Created');
   const sessionId = (await stepRows(t.db, done.operationId)).find((r) => r.kind === 'launch_intent')!.step_key;
-  const launched = await processLaunchJob(
-    {
-      db: t.db,
-      executor: new LocalProcessExecutor(join(ws.dataDir, 'runtime')),
-      dataDir: ws.dataDir,
-      log: silentLogger(),
-      metrics: null,
-      workerId: 'verify-test',
-      leaseMs: 60_000,
-    },
+  const launched = await launchNow(
+    t.db,
+    ws.dataDir,
     { operationId: done.operationId, taskId: done.task.id, sessionId },
+    'verify-test',
   );
   expect(launched).toBe('launched');
 
