@@ -5,10 +5,15 @@
  * was still being created (`preparing|completing`). Complete's phase B then
  * writes the task's `task.dependencies_resolved` right after `task.created`
  * and clears it (src/store/task-done.ts, src/store/complete.ts). NULL: no
- * resolution is waiting. down() drops the column.
+ * resolution is waiting. And index `ix_task_blockers_blocker_task_id
+ * (blocker_task_id)`: marking a task done reads the tasks it blocks, which
+ * the primary key `(task_id, blocker_task_id)` cannot find without a scan of
+ * every edge. down() drops both.
  */
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { detectSqlDialect, ident, uuidColumn } from '../src/db/migration-columns';
+
+const BLOCKER_INDEX = 'ix_task_blockers_blocker_task_id';
 
 export class TaskPendingResolution1796170320000 implements MigrationInterface {
   name = 'TaskPendingResolution1796170320000';
@@ -17,10 +22,18 @@ export class TaskPendingResolution1796170320000 implements MigrationInterface {
     const d = await detectSqlDialect(queryRunner);
     const column = uuidColumn('pending_resolution_by', d, { nullable: true });
     await queryRunner.query(`ALTER TABLE ${ident(d, 'tasks')} ADD COLUMN ${column.sql}`);
+    await queryRunner.query(
+      `CREATE INDEX ${ident(d, BLOCKER_INDEX)} ON ${ident(d, 'task_blockers')} (${ident(d, 'blocker_task_id')})`,
+    );
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {
     const d = await detectSqlDialect(queryRunner);
+    await queryRunner.query(
+      d === 'postgres'
+        ? `DROP INDEX ${ident(d, BLOCKER_INDEX)}`
+        : `DROP INDEX ${ident(d, BLOCKER_INDEX)} ON ${ident(d, 'task_blockers')}`,
+    );
     await queryRunner.query(`ALTER TABLE ${ident(d, 'tasks')} DROP COLUMN ${ident(d, 'pending_resolution_by')}`);
   }
 }

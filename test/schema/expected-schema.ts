@@ -208,6 +208,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
   ),
   t('task_blockers', `task_id:uuid blocker_task_id:uuid workspace_id:uuid operation_id:uuid step_id:uuid ${CREATED}`, {
     pk: ['task_id', 'blocker_task_id'],
+    indexes: { ix_task_blockers_blocker_task_id: ['blocker_task_id'] },
   }),
   t(
     'workspace_group_members',

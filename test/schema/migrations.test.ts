@@ -42,14 +42,17 @@ async function taskColumns(): Promise<string[]> {
   return (await readColumns(ds)).filter((c) => c.table === 'tasks').map((c) => c.name);
 }
 
-async function dispatchClaimIndexes(): Promise<string[]> {
+async function indexesOf(table: string): Promise<string[]> {
   const rows = (await ds.query(
     DIALECT === 'postgres'
-      ? "SELECT indexname AS name FROM pg_indexes WHERE tablename = 'task_launch_dispatch_claims'"
-      : "SELECT DISTINCT index_name AS name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = 'task_launch_dispatch_claims'",
+      ? 'SELECT indexname AS name FROM pg_indexes WHERE tablename = $1'
+      : 'SELECT DISTINCT index_name AS name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ?',
+    [table],
   )) as { name: string }[];
   return rows.map((r) => r.name);
 }
+
+const dispatchClaimIndexes = (): Promise<string[]> => indexesOf('task_launch_dispatch_claims');
 
 let ds: DataSource;
 
@@ -90,10 +93,12 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
-    // TaskPendingResolution: down() drops exactly its column.
+    // TaskPendingResolution: down() drops exactly its column and its index.
     expect(await taskColumns()).toContain('pending_resolution_by');
+    expect(await indexesOf('task_blockers')).toContain('ix_task_blockers_blocker_task_id');
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await taskColumns()).not.toContain('pending_resolution_by');
+    expect(await indexesOf('task_blockers')).not.toContain('ix_task_blockers_blocker_task_id');
     expect(await readTables(ds)).toEqual(all);
 
     // DispatchClaimStateIndex: down() drops exactly its index.

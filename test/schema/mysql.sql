@@ -111,7 +111,8 @@ CREATE TABLE `task_blockers` (
   `operation_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `step_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
-  PRIMARY KEY (`task_id`,`blocker_task_id`)
+  PRIMARY KEY (`task_id`,`blocker_task_id`),
+  KEY `ix_task_blockers_blocker_task_id` (`blocker_task_id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `task_creation_operations` (

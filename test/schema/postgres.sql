@@ -863,6 +863,12 @@ CREATE INDEX ix_event_outbox_delivered_at_seq ON public.event_outbox USING btree
 CREATE INDEX ix_event_outbox_workspace_seq ON public.event_outbox USING btree (workspace_id, seq);
 
 --
+-- Name: ix_task_blockers_blocker_task_id; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_task_blockers_blocker_task_id ON public.task_blockers USING btree (blocker_task_id);
+
+--
 -- Name: ix_task_creation_operations_state_updated_at; Type: INDEX; Schema: public; Owner: -
 --
 
