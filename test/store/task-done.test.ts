@@ -154,6 +154,34 @@ describe('MarkTaskDone', () => {
     expect(await count(t.db, 'event_outbox', 'task_id = ?', [d.task.id])).toBe(2);
   });
 
+  it('a blocker marked done while its blocked task completes: exactly one event, whichever commits first', async () => {
+    const ws = await world();
+    for (let i = 0; i < 8; i++) {
+      const b = await created(ws, { title: `b${i}` });
+      const d = await created(ws, deferred(ws, [b.task.id]), false);
+      // Staggered starts: done lands before, between and after Complete's phases across the iterations.
+      const [doneRes, completeRes] = await Promise.all([
+        new Promise((r) => setTimeout(r, i * 6)).then(() => markTaskDone(t.db, b.task.id)),
+        completeTaskCreation(t.db, { kind: 'handle', handle: d.handle! }),
+      ]);
+      expect(completeRes.outcome).toBe('Created');
+      // Either done saw the task created (and fired), or it left the resolution to Complete.
+      expect([...doneRes.dependencies_resolved, ...doneRes.resolution_pending]).toEqual([d.task.id]);
+      const events = await sql<{ type: string; revision: number }>(
+        t.db,
+        'SELECT type, revision FROM event_outbox WHERE task_id = ? ORDER BY seq',
+        [d.task.id],
+      );
+      expect(events.map((e) => `${e.type} ${Number(e.revision)}`)).toEqual([
+        'task.created 1',
+        'task.dependencies_resolved 2',
+      ]);
+      expect(await count(t.db, 'tasks', 'id = ? AND pending_resolution_by IS NULL AND revision = 2', [d.task.id])).toBe(
+        1,
+      );
+    }
+  });
+
   it('a task whose blockers were all done before it was created is never resolved (the spec promotes only from a later transition)', async () => {
     const ws = await world();
     const b = await created(ws, { title: 'b' });
