@@ -15,6 +15,8 @@ export interface TaskDetail extends TaskView {
   external_id_settled_at: Date | null;
   updated_at: Date;
   blocked_by: string[];
+  /** The blockers not yet done (`POST /tasks/:id/done`); a deferred start waits for this to empty. */
+  blocked_by_open: string[];
   session: Record<string, unknown> | null;
   launch: Record<string, unknown> | null;
 }
@@ -46,9 +48,10 @@ export async function readTaskDetail(db: Db, taskId: string): Promise<TaskDetail
   if (!row) return null;
   const { lifecycle_state, revision, wip_admitted, queued_for_step_id, external_id_settled_at, updated_at, ...view } =
     row;
-  const blockers = await readRows<{ blocker_task_id: string }>(
+  const blockers = await readRows<{ blocker_task_id: string; lifecycle_state: string | null }>(
     db,
-    'SELECT blocker_task_id FROM task_blockers WHERE task_id = ? ORDER BY blocker_task_id',
+    `SELECT b.blocker_task_id, t.lifecycle_state FROM task_blockers b LEFT JOIN tasks t ON t.id = b.blocker_task_id
+      WHERE b.task_id = ? ORDER BY b.blocker_task_id`,
     [taskId],
   );
   const sessions = await readRows<Record<string, unknown>>(
@@ -80,6 +83,7 @@ export async function readTaskDetail(db: Db, taskId: string): Promise<TaskDetail
     external_id_settled_at,
     updated_at,
     blocked_by: blockers.map((b) => b.blocker_task_id),
+    blocked_by_open: blockers.filter((b) => b.lifecycle_state !== 'done').map((b) => b.blocker_task_id),
     session: sessions[0] ?? null,
     launch,
   };

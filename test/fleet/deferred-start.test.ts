@@ -47,7 +47,13 @@ describe('a deferred start', () => {
     });
     expect(blocked.start_policy).toBe('deferred');
     let detail = (await call('GET', `/tasks/${blocked.id}`)).body.task;
-    expect(detail).toMatchObject({ blocked_by: [blocker.id], session: null, launch: null, lifecycle_state: 'live' });
+    expect(detail).toMatchObject({
+      blocked_by: [blocker.id],
+      blocked_by_open: [blocker.id],
+      session: null,
+      launch: null,
+      lifecycle_state: 'live',
+    });
 
     const done = await call('POST', `/tasks/${blocker.id}/done`);
     expect(done.status).toBe(200);
@@ -74,6 +80,7 @@ describe('a deferred start', () => {
     expect(readFileSync(marker, 'utf8').trim()).toBe(blocked.id);
     detail = (await call('GET', `/tasks/${blocked.id}`)).body.task;
     expect(detail.session).toMatchObject({ state: 'running' });
+    expect(detail).toMatchObject({ blocked_by: [blocker.id], blocked_by_open: [], revision: 2 });
     expect(detail.launch).toMatchObject({ state: 'succeeded' });
 
     const again = await call('POST', `/tasks/${blocker.id}/done`);

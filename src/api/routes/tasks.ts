@@ -10,8 +10,8 @@
  *   pending -> 202 {task, creation_complete: false, deduplicated: false, operation_id};
  *   aborted -> 422 {error: "creation_aborted", cause}.
  *   `wait_ms` is 0..120000 (default 15000).
- * GET /tasks/:id  the task with creation state, placement, blockers, session
- *   and launch state; 404 when absent or outside the caller's workspace.
+ * GET /tasks/:id  the task with creation state, placement, blockers (all,
+ *   and those not yet done), session and launch state; 404 when absent or outside the caller's workspace.
  * POST /tasks/:id/done  marks a created task done (`src/store/task-done.ts`):
  *   200 {task, already_done, dependencies_resolved: [task ids it unblocked],
  *   resolution_pending: [unblocked tasks still being created; their Complete
