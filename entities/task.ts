@@ -67,7 +67,7 @@ export class Task {
   @Column({ type: 'timestamp' })
   updated_at!: Date;
 
-  /** The blocker whose done resolved this task's dependencies while it was still being created; Complete fires it. */
-  @Column({ type: 'uuid', nullable: true })
-  pending_resolution_by!: string | null;
+  /** True while the task waits for a later transition of its blockers (set by Begin; cleared by its resolution). */
+  @Column({ type: 'boolean' })
+  awaits_blockers!: boolean;
 }

@@ -9,7 +9,7 @@ import { LiveTaskRows1796169720000 } from './1796169720000-LiveTaskRows';
 import { CleanupLaunchEvents1796169780000 } from './1796169780000-CleanupLaunchEvents';
 import { RepositoryRemoteSlug1796170200000 } from './1796170200000-RepositoryRemoteSlug';
 import { DispatchClaimStateIndex1796170260000 } from './1796170260000-DispatchClaimStateIndex';
-import { TaskPendingResolution1796170320000 } from './1796170320000-TaskPendingResolution';
+import { TaskBlockerResolution1796170320000 } from './1796170320000-TaskBlockerResolution';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -18,5 +18,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   CleanupLaunchEvents1796169780000,
   RepositoryRemoteSlug1796170200000,
   DispatchClaimStateIndex1796170260000,
-  TaskPendingResolution1796170320000,
+  TaskBlockerResolution1796170320000,
 ];

@@ -5,7 +5,8 @@
  * workflow step 2 (FOR SHARE) -> active membership barriers 4.1 -> creation
  * operation 4.2 (inserted) -> external-ID key 5.1 -> task keys/rows 5.2 (new
  * task key, parent and blockers in UUID order) -> retained identity 6.
- * Writes (only on Created): operation, live task (`creation_state=preparing`),
+ * Writes (only on Created): operation, live task (`creation_state=preparing`;
+ * `awaits_blockers` when some blocker is not yet done under its 5.2 lock),
  * identity, task repositories, task environment, one step row per plan step.
  * Found external ID or reused identity: the transaction rolls back, nothing is
  * written. No event is written here; `task.created` belongs to Complete.
@@ -17,6 +18,7 @@ import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type SqlParam, type Tx } from '../db/tx';
+import { planBlockerIds } from '../plan/blockers';
 import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
 import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
@@ -50,12 +52,16 @@ async function insertRows(
   await tx.exec(`INSERT INTO ${table} (${cols}) VALUES ${rows.map(() => one).join(', ')}`, rows.flat());
 }
 
-async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<void> {
+/**
+ * Locks the task tier (5.2) in UUID order and checks parent and blockers.
+ * Returns whether the task awaits its blockers: some blocker is not yet done
+ * under this lock, so a later transition of it can resolve the task
+ * (`tasks.awaits_blockers`, store/task-done.ts).
+ */
+async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> {
   const { plan } = input.built;
-  const blockers = new Set<string>();
-  for (const step of plan.steps) {
-    if (step.kind === 'workspace_attachment') step.request.blocker_ids.forEach((b) => blockers.add(b));
-  }
+  const blockers = new Set(planBlockerIds(plan));
+  let awaitsBlockers = false;
   const existing = [...new Set([...(plan.parent_id ? [plan.parent_id] : []), ...blockers])];
   const all = [...new Set([plan.task_id, ...existing])].sort();
   for (const id of all) {
@@ -75,7 +81,9 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<void> {
         field,
       });
     }
+    if (blockers.has(id) && row.lifecycle_state !== 'done') awaitsBlockers = true;
   }
+  return awaitsBlockers;
 }
 
 export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {
@@ -174,7 +182,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       }
 
       // Tier 5.2 and 6: task keys, then the retained identity.
-      await lockTaskTierLocked(tx, input);
+      const awaitsBlockers = await lockTaskTierLocked(tx, input);
       tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
       const identity = await tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);
       if (identity) {
@@ -206,6 +214,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
             'external_id',
             'creation_operation_id',
             'revision',
+            'awaits_blockers',
           ],
           [
             [
@@ -224,6 +233,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
               input.externalId,
               input.operationId,
               0,
+              awaitsBlockers,
             ],
           ],
           ['created_at', 'updated_at'],

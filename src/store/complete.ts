@@ -5,12 +5,13 @@
  * identity 6, steps 7, environments 11; verifies the handle (or the retained
  * bindings for a worker/recovery actor) and the exact Complete predicate;
  * commits `preparing -> completing` (operation and task). No event.
- * Phase B — reacquires the same set plus outbox 16, requires `completing`,
- * revalidates everything, and runs `completeTaskCreationLocked`: task and
- * operation `completed`, revision one, `task.created` in the outbox — and,
- * when a blocker's done resolved the task's last dependency while it was
- * being created (`tasks.pending_resolution_by`), revision two and its
- * `task.dependencies_resolved` right after (store/task-done.ts).
+ * Phase B — reacquires the same set plus the blockers' task rows (5.2,
+ * shared, one ascending order with the task's) and outbox 16, requires
+ * `completing`, revalidates everything, and runs
+ * `completeTaskCreationLocked`: task and operation `completed`, revision one,
+ * `task.created` in the outbox — and, when the task awaits its blockers
+ * (`tasks.awaits_blockers`) and all of them are done now, revision two and
+ * its `task.dependencies_resolved` right after (store/task-done.ts).
  * A completed operation replays its stored outcome and event with no writes.
  */
 import { failpoint } from '../failpoints';
@@ -23,6 +24,7 @@ import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import { verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
+import { planBlockerIds } from '../plan/blockers';
 import { lockStepsLocked } from './step-rows';
 import { insertResolvedEventLocked } from './task-done';
 import type { CompleteResult, OperationAuthority } from './types';
@@ -31,6 +33,8 @@ interface VerifiedCreation {
   op: OperationRow;
   plan: CreationPlan;
   task: TaskLockRow;
+  /** Phase B: the task awaits its blockers and all of them are done now; its resolution follows task.created. */
+  resolves: boolean;
 }
 
 function replay(op: OperationRow): CompleteResult {
@@ -57,7 +61,14 @@ async function lockAndVerifyLocked(
       state: op.state,
     });
   }
-  const { task, identityState } = await lockTaskChainLocked(tx, op, { externalIdKey: true, steps: true });
+  // Phase B also holds the blockers' rows (5.2, shared, one order with the task's): a MarkTaskDone of a blocker
+  // either committed before (this phase sees it done) or waits, and then finds this task completed.
+  const blockerIds = phase === 'B' ? planBlockerIds(plan) : [];
+  const { task, identityState, blockers } = await lockTaskChainLocked(tx, op, {
+    externalIdKey: true,
+    steps: true,
+    blockers: blockerIds,
+  });
   if (!task || identityState !== 'preparing' || task.lifecycle_state === 'deleted') {
     throw new ConflictError('creation_state_conflict', 'task row or retained identity is not in a completable state', {
       operation_id: op.id,
@@ -66,7 +77,8 @@ async function lockAndVerifyLocked(
   const steps = await lockStepsLocked(tx, op.id);
   await verifyCompletePredicateLocked(tx, steps, plan);
   await verifyPlannedRowsLocked(tx, plan);
-  return { op, plan, task };
+  const resolves = task.awaits_blockers && blockers.length > 0 && blockers.every((b) => b.lifecycle_state === 'done');
+  return { op, plan, task, resolves };
 }
 
 /**
@@ -77,10 +89,9 @@ async function lockAndVerifyLocked(
  */
 export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): Promise<CompleteResult> {
   const eventId: string = randomUUID();
-  // A blocker marked done while this task was being created resolved its last dependency (store/task-done.ts):
-  // its task.dependencies_resolved follows task.created, at revision two. Outbox keys are taken in order.
-  const resolvedBy = v.task.pending_resolution_by;
-  const resolvedEventId: string | null = resolvedBy === null ? null : randomUUID();
+  // The task's last awaited blocker was marked done while it was being created (store/task-done.ts): its
+  // task.dependencies_resolved follows task.created, at revision two. Outbox keys are taken in order.
+  const resolvedEventId: string | null = v.resolves ? randomUUID() : null;
   for (const id of [eventId, resolvedEventId].filter((x): x is string => x !== null).sort()) {
     tx.lockRow(TIER.OUTBOX, 'event_outbox', id);
   }
@@ -125,8 +136,9 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
     throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', {
       operation_id: v.op.id,
     });
-  if (resolvedBy !== null && resolvedEventId !== null) {
-    await tx.exec(`UPDATE tasks SET revision = 2, pending_resolution_by = NULL, updated_at = ${tx.now} WHERE id = ?`, [
+  if (resolvedEventId !== null) {
+    await tx.exec(`UPDATE tasks SET revision = 2, awaits_blockers = ?, updated_at = ${tx.now} WHERE id = ?`, [
+      false,
       v.task.id,
     ]);
     await insertResolvedEventLocked(tx, {
@@ -136,7 +148,7 @@ export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): P
       operationId: v.op.id,
       revision: 2,
       startPolicy: v.plan.start_policy,
-      resolvedBy,
+      resolvedBy: null,
     });
   }
   return { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };

@@ -169,7 +169,7 @@ export interface ChainAhead {
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
-const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, pending_resolution_by FROM tasks WHERE id = ? FOR UPDATE`;
+const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers FROM tasks WHERE id = ? FOR UPDATE`;
 const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
 
 function chainStatements(operationId: string, taskId: string, ahead: ChainAhead): Statement[] {
@@ -281,30 +281,46 @@ export async function guardOperationLocked(
 /** Locks the task row (5.2) and retained identity (6) of an operation, after
  *  the external-ID key (5.1) when the live task holds an external ID. With
  *  `steps`, the steps' lock (7) goes in the same round trip, for the caller's
- *  next `lockStepsLocked`. */
+ *  next `lockStepsLocked`. With `blockers`, those task rows are locked too
+ *  (5.2, FOR SHARE), in one ascending order with the task's own row, and
+ *  their lifecycle states returned (Complete's phase B decides a waiting
+ *  resolution on them, store/complete.ts). */
 export async function lockTaskChainLocked(
   tx: Tx,
   op: OperationRow,
-  options: { externalIdKey: boolean; steps?: boolean },
-): Promise<{ task: TaskLockRow | undefined; identityState: string | undefined }> {
+  options: { externalIdKey: boolean; steps?: boolean; blockers?: readonly string[] },
+): Promise<{
+  task: TaskLockRow | undefined;
+  identityState: string | undefined;
+  blockers: { id: string; lifecycle_state: string | null }[];
+}> {
   if (options.externalIdKey) {
     const peek = await tx.one<{ external_id: string | null }>(EXTERNAL_ID_PEEK, [op.task_id]);
     if (peek?.external_id != null) {
       await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(op.workspace_id, peek.external_id));
     }
   }
-  tx.lockRow(TIER.TASK, 'tasks', op.task_id);
+  const ids = [...new Set([op.task_id, ...(options.blockers ?? [])])].sort();
+  for (const id of ids) tx.lockRow(TIER.TASK, 'tasks', id);
   tx.lockRow(TIER.IDENTITY, 'task_identities', op.task_id);
-  const [task, ident] = await tx.batchAhead(
+  const blockerLock = `SELECT id, lifecycle_state FROM tasks WHERE id = ? ${tx.forShare}`;
+  const results = await tx.batchAhead(
     [
-      { sql: TASK_LOCK, params: [op.task_id] },
+      ...ids.map((id) => ({ sql: id === op.task_id ? TASK_LOCK : blockerLock, params: [id] })),
       { sql: IDENTITY_LOCK, params: [op.task_id] },
     ],
     options.steps ? [stepsLockStatement(op.id)] : [],
   );
+  const at = ids.indexOf(op.task_id);
+  const row = results[at]?.rows[0] as (Omit<TaskLockRow, 'awaits_blockers'> & { awaits_blockers: unknown }) | undefined;
   return {
-    task: task?.rows[0] as TaskLockRow | undefined,
-    identityState: (ident?.rows[0] as { state: string } | undefined)?.state,
+    task: row && { ...row, awaits_blockers: bool(row.awaits_blockers) },
+    identityState: (results[ids.length]?.rows[0] as { state: string } | undefined)?.state,
+    blockers: ids.flatMap((id, i) => {
+      if (id === op.task_id) return [];
+      const r = results[i]?.rows[0] as { lifecycle_state: string } | undefined;
+      return [{ id, lifecycle_state: r?.lifecycle_state ?? null }];
+    }),
   };
 }
 
@@ -316,6 +332,6 @@ export interface TaskLockRow {
   lifecycle_generation: number;
   external_id: string | null;
   revision: number;
-  /** Set when the task's last blocker was marked done while it was being created (store/task-done.ts). */
-  pending_resolution_by: string | null;
+  /** True while the task waits for a later transition of its blockers (set by Begin, store/task-done.ts). */
+  awaits_blockers: boolean;
 }

@@ -18,17 +18,22 @@
  *   or deleted: `creation_state_conflict`; nothing written.
  * - already `done`: nothing written, `already_done: true` (a retried request
  *   fires nothing twice).
- * - a blocked task still being created (`preparing|completing`) gets no
- *   event yet — no event may precede its `task.created` — but records this
- *   task in `pending_resolution_by`; its Complete's phase B, which writes
- *   its task row under the same lock, writes the event right after
- *   `task.created` (store/complete.ts). A task blocked only by tasks already
- *   done when it was created is never resolved: the spec promotes only from
- *   a later transition.
+ * - only a task that awaits its blockers resolves (`tasks.awaits_blockers`:
+ *   Begin sets it when some blocker was not yet done; its resolution clears
+ *   it): the spec promotes "only from the later transition", so a task whose
+ *   blockers were all done before it was created never resolves.
+ * - a blocked task still being created (`preparing|completing`) gets no event
+ *   here — none may precede its `task.created` — and is reported as
+ *   `resolution_pending`; its Complete's phase B locks its blockers' rows
+ *   (5.2, shared), sees them all done and writes the event right after
+ *   `task.created` (store/complete.ts). Whichever commits second decides, so
+ *   the event is written once, and also when the blocked task's edge did not
+ *   exist yet when this command ran.
  * Writes: the task's `lifecycle_state = 'done'`; per resolved task, its
- * revision + 1 and one `task.dependencies_resolved` event at that revision
- * (unique per task and revision) naming its creation operation, start
- * policy and this task; per pending one, `pending_resolution_by`. The blocker edges are read before the locks and again under them;
+ * revision + 1, `awaits_blockers` false, and one `task.dependencies_resolved`
+ * event at that revision (unique per task and revision) naming its creation
+ * operation, start policy and this task. The blocker edges are read before
+ * the locks and again under them;
  * when they differ, the command restarts from tier 1.
  */
 import { randomUUID } from 'node:crypto';
@@ -36,7 +41,7 @@ import { canonicalJson } from '../canonical/canonical-json';
 import { payloadHash } from '../canonical/hash';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
-import { runTransaction, type Db, type Tx } from '../db/tx';
+import { bool, runTransaction, type Db, type Tx } from '../db/tx';
 
 export interface MarkDoneResult {
   task_id: string;
@@ -55,8 +60,8 @@ export interface ResolvedEvent {
   operationId: string;
   revision: number;
   startPolicy: string;
-  /** The blocker whose done resolved the last dependency. */
-  resolvedBy: string;
+  /** The blocker whose done resolved the last dependency; null when it resolved while the task was being created. */
+  resolvedBy: string | null;
 }
 
 /**
@@ -97,6 +102,7 @@ interface TaskRow {
   start_policy: string;
   creation_operation_id: string;
   revision: number | string;
+  awaits_blockers: unknown;
 }
 
 /** Why 5: the edges only change while a blocked task's creation attaches them; twice in a row is already rare. */
@@ -121,7 +127,7 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
   const ids = [...new Set([taskId, ...before.flatMap((e) => [e.task_id, e.blocker_task_id])])].sort();
   for (const id of ids) tx.lockRow(TIER.TASK, 'tasks', id);
   const locked = await tx.rows<TaskRow>(
-    `SELECT id, workspace_id, creation_state, lifecycle_state, start_policy, creation_operation_id, revision
+    `SELECT id, workspace_id, creation_state, lifecycle_state, start_policy, creation_operation_id, revision, awaits_blockers
        FROM tasks WHERE id IN (${ids.map(() => '?').join(', ')}) ORDER BY id FOR UPDATE`,
     ids,
   );
@@ -151,21 +157,21 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
     [taskId],
   );
   const done = (id: string): boolean => id === taskId || rows.get(id)?.lifecycle_state === 'done';
-  // Every live task whose blockers are now all done; those created get their event now.
+  // Every live task that awaits its blockers and whose blockers are now all done; those created get their event
+  // now, those still being created from their own Complete's phase B, which locks these same blocker rows.
   const resolvable = [...new Set(edges.map((e) => e.task_id))].filter((id) => {
     const t = rows.get(id);
-    if (!t || t.lifecycle_state !== 'live') return false;
+    if (!t || t.lifecycle_state !== 'live' || !bool(t.awaits_blockers)) return false;
     return edges.filter((e) => e.task_id === id).every((e) => done(e.blocker_task_id));
   });
   const resolved = resolvable.filter((id) => rows.get(id)!.creation_state === 'completed');
-  // Still being created: the event waits for its task.created; Complete's phase B writes it (store/complete.ts).
   const pending = resolvable.filter((id) => rows.get(id)!.creation_state !== 'completed');
-  for (const id of pending) {
-    await tx.exec(`UPDATE tasks SET pending_resolution_by = ?, updated_at = ${tx.now} WHERE id = ?`, [taskId, id]);
-  }
   const events = resolved.map((id) => ({ eventId: randomUUID(), task: rows.get(id)! }));
   for (const { task: t } of events) {
-    await tx.exec(`UPDATE tasks SET revision = revision + 1, updated_at = ${tx.now} WHERE id = ?`, [t.id]);
+    await tx.exec(
+      `UPDATE tasks SET revision = revision + 1, awaits_blockers = ?, updated_at = ${tx.now} WHERE id = ?`,
+      [false, t.id],
+    );
   }
   events.sort((a, b) => (a.eventId < b.eventId ? -1 : 1));
   for (const { eventId, task: t } of events) {

@@ -181,7 +181,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     `id:uuid workspace_id:uuid workflow_id:uuid? workflow_step_id:uuid? parent_id:uuid? title:str500 description:text?
      creation_state:str16 lifecycle_state:str16=live lifecycle_generation:int=1 start_policy:str16
      wip_admitted:bool=false queued_for_step_id:uuid? external_id:exact? external_id_settled_at:ts?
-     creation_operation_id:uuid revision:int=0 ${STAMPS} pending_resolution_by:uuid?`,
+     creation_operation_id:uuid revision:int=0 ${STAMPS} awaits_blockers:bool=false`,
     {
       uniques: { uq_tasks_workspace_external_id: ['workspace_id', 'external_id'] },
       fks: { fk_tasks_workspace: { columns: ['workspace_id'], table: 'workspaces' } },

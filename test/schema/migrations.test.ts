@@ -93,11 +93,11 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
-    // TaskPendingResolution: down() drops exactly its column and its index.
-    expect(await taskColumns()).toContain('pending_resolution_by');
+    // TaskBlockerResolution: down() drops exactly its column and its index.
+    expect(await taskColumns()).toContain('awaits_blockers');
     expect(await indexesOf('task_blockers')).toContain('ix_task_blockers_blocker_task_id');
     await ds.undoLastMigration({ transaction: 'each' });
-    expect(await taskColumns()).not.toContain('pending_resolution_by');
+    expect(await taskColumns()).not.toContain('awaits_blockers');
     expect(await indexesOf('task_blockers')).not.toContain('ix_task_blockers_blocker_task_id');
     expect(await readTables(ds)).toEqual(all);
 

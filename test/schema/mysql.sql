@@ -415,7 +415,7 @@ CREATE TABLE `tasks` (
   `revision` int(11) NOT NULL DEFAULT 0,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   `updated_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
-  `pending_resolution_by` char(36) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL,
+  `awaits_blockers` tinyint(1) NOT NULL DEFAULT 0,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_tasks_workspace_external_id` (`workspace_id`,`external_id`),
   CONSTRAINT `fk_tasks_workspace` FOREIGN KEY (`workspace_id`) REFERENCES `workspaces` (`id`),

@@ -498,7 +498,7 @@ CREATE TABLE public.tasks (
     revision integer DEFAULT 0 NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    pending_resolution_by uuid,
+    awaits_blockers boolean DEFAULT false NOT NULL,
     CONSTRAINT chk_tasks_creation_state CHECK (((creation_state)::text = ANY ((ARRAY['preparing'::character varying, 'completing'::character varying, 'completed'::character varying])::text[]))),
     CONSTRAINT chk_tasks_lifecycle_state CHECK (((lifecycle_state)::text = ANY ((ARRAY['live'::character varying, 'done'::character varying, 'deleted'::character varying])::text[]))),
     CONSTRAINT chk_tasks_start_policy CHECK (((start_policy)::text = ANY ((ARRAY['none'::character varying, 'immediate'::character varying, 'deferred'::character varying])::text[])))

@@ -142,13 +142,9 @@ describe('MarkTaskDone', () => {
       'task.created 1',
       'task.dependencies_resolved 2',
     ]);
-    expect(parseCanonical(events[1]!.payload_json)).toMatchObject({ resolved_by: b.task.id, start_policy: 'deferred' });
-    const [row] = await sql<{ revision: number; pending_resolution_by: string | null }>(
-      t.db,
-      'SELECT revision, pending_resolution_by FROM tasks WHERE id = ?',
-      [d.task.id],
-    );
-    expect([Number(row!.revision), row!.pending_resolution_by]).toEqual([2, null]);
+    // Resolved while being created: no single blocker's done fired it.
+    expect(parseCanonical(events[1]!.payload_json)).toMatchObject({ resolved_by: null, start_policy: 'deferred' });
+    expect(await count(t.db, 'tasks', 'id = ? AND revision = 2 AND awaits_blockers = ?', [d.task.id, false])).toBe(1);
     // A replayed Complete writes nothing more.
     await completeTaskCreation(t.db, { kind: 'handle', handle: d.handle! });
     expect(await count(t.db, 'event_outbox', 'task_id = ?', [d.task.id])).toBe(2);
@@ -159,7 +155,8 @@ describe('MarkTaskDone', () => {
     for (let i = 0; i < 8; i++) {
       const b = await created(ws, { title: `b${i}` });
       const d = await created(ws, deferred(ws, [b.task.id]), false);
-      // Staggered starts: done lands before, between and after Complete's phases across the iterations.
+      // Staggered starts: done lands before, between and after Complete's phases across the iterations (each
+      // order is also tested deterministically: above, and with a failpoint in test/fleet/deferred-start.test.ts).
       const [doneRes, completeRes] = await Promise.all([
         new Promise((r) => setTimeout(r, i * 6)).then(() => markTaskDone(t.db, b.task.id)),
         completeTaskCreation(t.db, { kind: 'handle', handle: d.handle! }),
@@ -176,10 +173,21 @@ describe('MarkTaskDone', () => {
         'task.created 1',
         'task.dependencies_resolved 2',
       ]);
-      expect(await count(t.db, 'tasks', 'id = ? AND pending_resolution_by IS NULL AND revision = 2', [d.task.id])).toBe(
-        1,
-      );
+      expect(await count(t.db, 'tasks', 'id = ? AND awaits_blockers = ? AND revision = 2', [d.task.id, false])).toBe(1);
     }
+  });
+
+  it('a blocker marked done before its blocked task even has the edge: the task resolves at its Complete', async () => {
+    const ws = await world();
+    const b = await created(ws, { title: 'b' });
+    // Begun, not one step run: no task_blockers edge yet, so done cannot see the blocked task at all.
+    const d = await begin(t.db, ws, deferred(ws, [b.task.id]));
+    expect(await count(t.db, 'task_blockers', 'task_id = ?', [d.task.id])).toBe(0);
+    expect(await markTaskDone(t.db, b.task.id)).toMatchObject({ dependencies_resolved: [], resolution_pending: [] });
+    const auth: OperationAuthority = { kind: 'handle', handle: d.handle! };
+    await driveAllSteps(t.db, auth, d.operationId, ws.dataDir);
+    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+    expect((await resolvedEvents(d.task.id)).map((e) => Number(e.revision))).toEqual([2]);
   });
 
   it('a task whose blockers were all done before it was created is never resolved (the spec promotes only from a later transition)', async () => {
