@@ -82,7 +82,7 @@ function deferredLine(deferred: number, done: DoneResult | null, s: LedgerSnapsh
   const answer = done.status === 200 ? `200, unblocked ${done.resolved.length}` : `${done.status ?? '-'} ${done.error}`;
   return (
     `${head}; POST /tasks/<blocker>/done: ${answer}; task.dependencies_resolved ${s.resolved.delivered} delivered / ` +
-    `${s.resolved.total} written, ${s.resolved.deferred} deferred starts promoted to a launch`
+    `${s.resolved.total} written (${s.resolved.deferred} for deferred starts, each to launch one agent)`
   );
 }
 

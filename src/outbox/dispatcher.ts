@@ -39,6 +39,15 @@ export interface OutboxDeps {
   subscribers?: ((event: OutboxEvent) => void)[];
 }
 
+/** The typed refusals of a promotion that retrying cannot change: the operation's rows contradict its plan. */
+const LEDGER_REFUSALS: ReadonlySet<string> = new Set([
+  'evidence_mismatch',
+  'creation_state_conflict',
+  'handle_mismatch',
+  'invalid_document',
+  'not_found',
+]);
+
 /** The actor a promotion names (the operation row's actor checks need one; any dispatcher may promote). */
 const PROMOTION_ACTOR = 'outbox-dispatcher';
 
@@ -68,8 +77,9 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOp
       promotion = await promoteDeferredLaunch(deps.db, event.operation_id, PROMOTION_ACTOR);
     } catch (err) {
       // A ledger that refuses this operation (rows that do not match their plan) must not hold up the workspace's
-      // other events: the start stays unpromoted, and `taskledger verify` reports it. Transient failures retry.
-      if (!isTaskLedgerError(err) || err.code === 'retry_exhausted') throw err;
+      // other events: the start stays unpromoted, and `taskledger verify` reports it. Anything else (a transient
+      // failure, a bug such as a lock-order violation) throws, and the pass is retried.
+      if (!isTaskLedgerError(err) || !LEDGER_REFUSALS.has(err.code)) throw err;
       deps.log.error({ err, operation_id: event.operation_id }, 'deferred start refused by the ledger: not launched');
       deps.metrics?.jobsSkipped.inc({ queue: 'outbox', reason: err.code });
       promotion = { refused: err.message };

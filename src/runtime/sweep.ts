@@ -24,8 +24,8 @@ export interface SweepResult {
 export interface SweepOptions {
   workspaceId?: string;
   /**
-   * Look for stranded launches only among task.created events delivered
-   * within this many milliseconds (an index range on event_outbox
+   * Look for stranded launches only among announcing events (task.created, or
+   * a deferred start's task.dependencies_resolved) delivered within this many milliseconds (an index range on event_outbox
    * `(delivered_at, seq)`), or among all delivered events when null. A long-running reaper scans everything
    * once at its start and then only the recent window, so a sweep's cost does
    * not grow with the ledger's history.
@@ -56,7 +56,7 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   // The event that announces a launch: task.created for an immediate start, task.dependencies_resolved for a
   // deferred one (its delivery promoted the intent). Delivered means the dispatcher already sent this launch once;
   // a claim row appears when a launch worker takes it.
-  // Driven from the delivered task.created events: the window is a range on event_outbox (delivered_at, seq).
+  // Driven from the delivered announcing events: the window is a range on event_outbox (delivered_at, seq).
   // `e.task_id = o.task_id` (always true: the event is its operation's task's) gives a plan that starts from the
   // operations an index path to their event (uq_event_outbox_task_revision); without it, a fresh table's missing
   // statistics made PostgreSQL join every completed operation against every event (102 ms for 786 rows).

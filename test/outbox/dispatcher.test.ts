@@ -100,13 +100,16 @@ describe('outbox dispatcher', () => {
 describe('a deferred start on delivery', () => {
   it('is promoted and launched; one the ledger refuses holds up no other event and verify reports it', async () => {
     const ws = await seedWorkspace(t.db);
-    const blocker = await completed(ws, false);
-    const [b] = await sql<{ task_id: string }>(t.db, 'SELECT task_id FROM task_creation_operations WHERE id = ?', [
-      blocker,
-    ]);
-    const deferred = async (): Promise<{ operationId: string; taskId: string }> => {
+    const blockerTask = async (): Promise<string> => {
+      const op = await completed(ws, false);
+      const [row] = await sql<{ task_id: string }>(t.db, 'SELECT task_id FROM task_creation_operations WHERE id = ?', [
+        op,
+      ]);
+      return row!.task_id;
+    };
+    const deferred = async (blocker: string): Promise<{ operationId: string; taskId: string }> => {
       const res = await begin(t.db, ws, {
-        blocked_by: [b!.task_id],
+        blocked_by: [blocker],
         start_agent: true,
         agent_profile_id: ws.agentProfileId,
       });
@@ -115,9 +118,12 @@ describe('a deferred start on delivery', () => {
       expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
       return { operationId: res.operationId, taskId: res.task.id };
     };
-    const good = await deferred();
-    const bad = await deferred();
-    await markTaskDone(t.db, b!.task_id);
+    const [goodBlocker, badBlocker] = [await blockerTask(), await blockerTask()];
+    const good = await deferred(goodBlocker);
+    const bad = await deferred(badBlocker);
+    // The bad one's event comes first in the outbox, so the good one's delivery follows a refused promotion.
+    await markTaskDone(t.db, badBlocker);
+    await markTaskDone(t.db, goodBlocker);
     // The bad one's session row already exists, owned by someone else: its promotion is not a clean slate.
     const plan = (
       await sql<{ plan_json: string }>(t.db, 'SELECT plan_json FROM task_creation_operations WHERE id = ?', [

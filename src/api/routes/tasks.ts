@@ -17,7 +17,8 @@
  *   resolution_pending: [unblocked tasks still being created; their Complete
  *   fires the event]};
  *   a repeat is 200 with `already_done: true` and fires nothing; 404 as for
- *   GET; 409 `creation_state_conflict` while the task is still being created.
+ *   GET; 409 `creation_state_conflict` while the task is still being created
+ *   or once it is deleted.
  *   A deferred start whose last blocker this was launches on the event's
  *   delivery.
  */

@@ -1,6 +1,8 @@
 /**
  * ApplySessionPrepare: the `session_prepare` effect and its success, in one
- * transaction; plus its read-only observation and Complete's verifier.
+ * transaction; plus its read-only observation and Complete's verifier; and
+ * `materializeSessionLocked`, the same rows written inside a deferred start's
+ * promotion (store/deferred-launch.ts), which has no claimed step.
  *
  * Locks, in order: workspace 1, operation 4.2, task 5.2, identity 6, steps 7
  * (`lockClaimedLocked`); the session row (9, FOR UPDATE); its
