@@ -14,7 +14,8 @@
  * - a deferred start's promoted session/launch pair (plan/session-launch.ts):
  *   only in a completed creation, only with its one
  *   `task.dependencies_resolved` event (after revision one), and present once
- *   that event was delivered for a live task;
+ *   that event was delivered for a live task; a created task that still
+ *   awaits its blockers has no such event, and not all its blockers done;
  * - dispatch claims: only for a completed operation, never created before the
  *   event that announced the launch (`task.created`, or for a deferred start
  *   `task.dependencies_resolved`), with the dispatch key and the launch intent's request
@@ -233,6 +234,19 @@ export function checkOperation(rec: OperationRecord): Drift[] {
     const resolved = rec.events.find((e) => e.type === RESOLVED);
     if (rec.steps.length > p.steps.length && !resolved) {
       emit('step_set', `operation ${op.id}`, `a promoted session/launch pair without its ${RESOLVED} event`);
+    }
+    // A created task that awaits its blockers while all of them are done missed its resolution (MarkTaskDone or its
+    // Complete's phase B writes it in the same transaction that clears the flag).
+    const t = rec.task;
+    if (op.state === 'completed' && t?.awaits_blockers) {
+      if (resolved) emit('task_state', `task ${op.task_id}`, `${RESOLVED} is written, but the task still awaits`);
+      else if (t.blockers.length > 0 && t.blockers.every((b) => b === 'done')) {
+        emit(
+          'task_state',
+          `task ${op.task_id}`,
+          `every blocker is done, but the task still awaits them (no ${RESOLVED})`,
+        );
+      }
     }
     // Delivery promotes before it marks the event: a live deferred task with a delivered event and no pair never starts.
     const promotable = op.state === 'completed' && promotedSteps(p).length > 0 && rec.task?.lifecycle_state === 'live';

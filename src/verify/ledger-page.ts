@@ -6,7 +6,7 @@
  * creation look like drift.
  */
 import { readSnapshot, type SnapshotReader } from '../db/snapshot';
-import type { Db } from '../db/tx';
+import { bool, type Db } from '../db/tx';
 import { normalizeOp, OP_COLUMNS, type OperationRow } from '../store/operation-guard';
 import { normalizeStep, STEP_COLUMNS } from '../store/step-rows';
 import type { StepRow } from '../store/types';
@@ -52,8 +52,16 @@ export interface CleanupJobRow {
 
 export interface OperationRecord {
   op: OperationRow;
-  /** The task row, or null when Abort removed it. */
-  task: { creation_state: string; lifecycle_state: string } | null;
+  /**
+   * The task row, or null when Abort removed it; with whether it awaits its
+   * blockers and their lifecycle states (null: the blocker row is gone).
+   */
+  task: {
+    creation_state: string;
+    lifecycle_state: string;
+    awaits_blockers: boolean;
+    blockers: (string | null)[];
+  } | null;
   steps: VerifyStepRow[];
   events: EventRow[];
   claims: DispatchClaimRow[];
@@ -75,7 +83,7 @@ function byOperation<T>(rows: T[], key: (row: T) => string): Map<string, T[]> {
 
 async function readChildren(read: SnapshotReader, ids: string[], taskIds: string[]) {
   const inOps = placeholders(ids.length);
-  const [steps, events, claims, cleanupJobs, tasks] = [
+  const [steps, events, claims, cleanupJobs, tasks, blockers] = [
     await read<VerifyStepRow>(
       `SELECT ${STEP_COLUMNS}, compensation_evidence_json, compensation_evidence_sha256
          FROM task_creation_steps WHERE operation_id IN (${inOps}) ORDER BY id`,
@@ -97,12 +105,17 @@ async function readChildren(read: SnapshotReader, ids: string[], taskIds: string
         WHERE operation_id IN (${inOps}) ORDER BY id`,
       ids,
     ),
-    await read<{ id: string; creation_state: string; lifecycle_state: string }>(
-      `SELECT id, creation_state, lifecycle_state FROM tasks WHERE id IN (${placeholders(taskIds.length)})`,
+    await read<{ id: string; creation_state: string; lifecycle_state: string; awaits_blockers: unknown }>(
+      `SELECT id, creation_state, lifecycle_state, awaits_blockers FROM tasks WHERE id IN (${placeholders(taskIds.length)})`,
+      taskIds,
+    ),
+    await read<{ task_id: string; lifecycle_state: string | null }>(
+      `SELECT b.task_id, t.lifecycle_state FROM task_blockers b LEFT JOIN tasks t ON t.id = b.blocker_task_id
+        WHERE b.task_id IN (${placeholders(taskIds.length)}) ORDER BY b.task_id, b.blocker_task_id`,
       taskIds,
     ),
   ];
-  return { steps, events, claims, cleanupJobs, tasks };
+  return { steps, events, claims, cleanupJobs, tasks, blockers };
 }
 
 /** The page after `cursor` (exclusive), in id order; empty when there is none. */
@@ -141,7 +154,18 @@ export async function readLedgerPage(
     );
     const claims = byOperation(c.claims, (x) => x.creation_operation_id);
     const jobs = byOperation(c.cleanupJobs, (j) => j.operation_id);
-    const tasks = new Map(c.tasks.map((t) => [t.id, t]));
+    const blockersOf = byOperation(c.blockers, (b) => b.task_id);
+    const tasks = new Map(
+      c.tasks.map((t) => [
+        t.id,
+        {
+          creation_state: t.creation_state,
+          lifecycle_state: t.lifecycle_state,
+          awaits_blockers: bool(t.awaits_blockers),
+          blockers: (blockersOf.get(t.id) ?? []).map((b) => b.lifecycle_state),
+        },
+      ]),
+    );
     return ops.map((op) => ({
       op,
       task: tasks.get(op.task_id) ?? null,

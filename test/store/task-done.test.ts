@@ -108,6 +108,19 @@ describe('MarkTaskDone', () => {
     expect(await count(t.db, 'tasks', 'id = ? AND revision = 2', [d.task.id])).toBe(1);
     // No agent yet: the event's delivery promotes and launches.
     expect(await count(t.db, 'task_sessions', 'task_id = ?', [d.task.id])).toBe(0);
+
+    // verify: clean; then a lost resolution (the event gone, the task still awaiting) is reported.
+    const check = () =>
+      verifyLedger(
+        { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+        { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
+      );
+    expect((await check()).drift).toEqual([]);
+    await sql(t.db, "DELETE FROM event_outbox WHERE task_id = ? AND type = 'task.dependencies_resolved'", [d.task.id]);
+    await sql(t.db, 'UPDATE tasks SET awaits_blockers = ? WHERE id = ?', [true, d.task.id]);
+    expect((await check()).drift.map((x) => `${x.code} ${x.operation_id} ${x.message}`)).toEqual([
+      `task_state ${d.operationId} every blocker is done, but the task still awaits them (no task.dependencies_resolved)`,
+    ]);
   });
 
   it('two blockers marked done at once fire exactly one event', async () => {
