@@ -214,7 +214,8 @@ export async function runBatch(api: ApiClient, plan: BatchPlan, progress: Progre
       const deferred = await send(plan.deferred(blocker.taskId));
       tasks.push(deferred);
       if (deferred.taskId && deferred.operationId && blocker.operationId) {
-        // Marking done fires only for created tasks (a task still being created stays blocked).
+        // The blocker must be created to be marked done (409 otherwise); waiting for the deferred task too makes the
+        // answer name it as unblocked now, rather than as resolved later by its own Complete.
         await waitForOperation(api, blocker.operationId, 20_000);
         await waitForOperation(api, deferred.operationId, 20_000);
         done = await markDone(api, blocker.taskId);

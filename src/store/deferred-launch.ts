@@ -23,7 +23,6 @@ import { randomUUID } from 'node:crypto';
 import { canonicalJson } from '../canonical/canonical-json';
 import { evidenceHash, idempotencyKey, stepRequestHash } from '../canonical/hash';
 import type { StepEvidence } from '../canonical/types';
-import { ConflictError } from '../domain/errors';
 import { runTransaction, type Db } from '../db/tx';
 import { promotedSteps } from '../plan/session-launch';
 import { armedIntentEvidence } from './effects/launch-intent';
@@ -96,9 +95,10 @@ export async function promoteDeferredLaunch(db: Db, operationId: string, actor: 
         ],
       );
     }
-    const session = claims.find((c) => c.kind === 'session_prepare');
-    if (!session) throw new ConflictError('evidence_mismatch', 'a promoted pair without its session', {});
-    await materializeSessionLocked(tx, session);
+    await materializeSessionLocked(
+      tx,
+      claims.find((c) => c.kind === 'session_prepare')!,
+    );
     return { promoted: true, sessionId };
   });
 }

@@ -33,8 +33,8 @@
  * revision + 1, `awaits_blockers` false, and one `task.dependencies_resolved`
  * event at that revision (unique per task and revision) naming its creation
  * operation, start policy and this task. The blocker edges are read before
- * the locks and again under them;
- * when they differ, the command restarts from tier 1.
+ * the locks and again under them; when they differ, the command restarts
+ * from tier 1.
  */
 import { randomUUID } from 'node:crypto';
 import { canonicalJson } from '../canonical/canonical-json';

@@ -116,6 +116,10 @@ describe('MarkTaskDone', () => {
         { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
       );
     expect((await check()).drift).toEqual([]);
+    await sql(t.db, 'UPDATE tasks SET awaits_blockers = ? WHERE id = ?', [true, d.task.id]);
+    expect((await check()).drift.map((x) => `${x.code} ${x.operation_id} ${x.message}`)).toEqual([
+      `task_state ${d.operationId} task.dependencies_resolved is written, but the task still awaits`,
+    ]);
     await sql(t.db, "DELETE FROM event_outbox WHERE task_id = ? AND type = 'task.dependencies_resolved'", [d.task.id]);
     await sql(t.db, 'UPDATE tasks SET awaits_blockers = ? WHERE id = ?', [true, d.task.id]);
     expect((await check()).drift.map((x) => `${x.code} ${x.operation_id} ${x.message}`)).toEqual([

@@ -28,6 +28,7 @@ import type { BeginOutcome } from '../../domain/vocab';
 import { isUuid, mayRead, principalOf } from '../auth';
 import type { ApiDeps } from '../deps';
 import { creationAborted, notFound } from '../errors';
+import { readRows } from '../../db/tx';
 import { markTaskDone } from '../../store/task-done';
 import { readTaskDetail, taskBody } from '../task-detail';
 import { closed } from '../validation';
@@ -108,8 +109,10 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
       const principal = principalOf(req);
       if (!isUuid(req.params.id)) throw notFound('task');
       // Authorized on the task's workspace first: an outsider learns nothing, not even that the task exists.
-      const before = await readTaskDetail(db, req.params.id);
-      if (!before || !mayRead(principal, before.workspace_id)) throw notFound('task');
+      const [owner] = await readRows<{ workspace_id: string }>(db, 'SELECT workspace_id FROM tasks WHERE id = ?', [
+        req.params.id,
+      ]);
+      if (!owner || !mayRead(principal, owner.workspace_id)) throw notFound('task');
       const result = await markTaskDone(db, req.params.id);
       if (result.dependencies_resolved.length > 0 && deps.wakeOutbox) {
         // The events are committed; a failed wake-up only delays them to the reaper's next sweep.
