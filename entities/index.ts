@@ -6,6 +6,7 @@ import { AgentProfile } from './agent-profile';
 import { ApiToken } from './api-token';
 import { ArchiveMembershipBarrier } from './archive-membership-barrier';
 import { EventOutbox } from './event-outbox';
+import { ExternalIdRelease } from './external-id-release';
 import { ExecutorRunning } from './executor-running';
 import { GitRepository } from './git-repository';
 import { LockKey } from './lock-key';
@@ -31,11 +32,13 @@ import { WorkflowStep } from './workflow-step';
 import { Workspace } from './workspace';
 import { WorkspaceGroup } from './workspace-group';
 import { WorkspaceGroupMember } from './workspace-group-member';
+import { WorkspaceDeletion } from './workspace-deletion';
 
 export { AgentProfile } from './agent-profile';
 export { ApiToken } from './api-token';
 export { ArchiveMembershipBarrier } from './archive-membership-barrier';
 export { EventOutbox } from './event-outbox';
+export { ExternalIdRelease } from './external-id-release';
 export { ExecutorRunning } from './executor-running';
 export { GitRepository } from './git-repository';
 export { LockKey } from './lock-key';
@@ -61,6 +64,7 @@ export { WorkflowStep } from './workflow-step';
 export { Workspace } from './workspace';
 export { WorkspaceGroup } from './workspace-group';
 export { WorkspaceGroupMember } from './workspace-group-member';
+export { WorkspaceDeletion } from './workspace-deletion';
 
 export const ALL_ENTITIES: Function[] = [
   AgentProfile,
@@ -68,6 +72,7 @@ export const ALL_ENTITIES: Function[] = [
   ArchiveMembershipBarrier,
   EventOutbox,
   ExecutorRunning,
+  ExternalIdRelease,
   GitRepository,
   LockKey,
   ProviderConnection,
@@ -92,4 +97,5 @@ export const ALL_ENTITIES: Function[] = [
   Workspace,
   WorkspaceGroup,
   WorkspaceGroupMember,
+  WorkspaceDeletion,
 ];

@@ -1,5 +1,6 @@
 /**
- * Entity for `tasks` (docs/schema.md). The live task row (deleted by Abort);
+ * Entity for `tasks` (docs/schema.md). The live task row (deleted by Abort; a deleted
+ * task keeps it as a tombstone with `lifecycle_state = 'deleted'` and no external ID);
  * external_id is byte-exact and unique per workspace (tier 5). Property names equal
  * column names; the schema comes only from migrations/.
  */
@@ -70,4 +71,20 @@ export class Task {
   /** True while the task waits for a later transition of its blockers (set by Begin; cleared by its resolution). */
   @Column({ type: 'boolean' })
   awaits_blockers!: boolean;
+
+  /** When the task joined its step's WIP queue (promotion takes the oldest first); null when not queued. */
+  @Column({ type: 'timestamp', nullable: true })
+  queued_at!: Date | null;
+
+  /** When the task took a WIP slot (its launch was admitted); null when it holds none. */
+  @Column({ type: 'timestamp', nullable: true })
+  admitted_at!: Date | null;
+
+  /** Set with `lifecycle_state = 'deleted'` (the row stays as the deleted task's tombstone). */
+  @Column({ type: 'timestamp', nullable: true })
+  deleted_at!: Date | null;
+
+  /** The task deletion or workspace deletion that deleted it. */
+  @Column({ type: 'uuid', nullable: true })
+  deletion_operation_id!: string | null;
 }

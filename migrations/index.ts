@@ -10,6 +10,7 @@ import { CleanupLaunchEvents1796169780000 } from './1796169780000-CleanupLaunchE
 import { RepositoryRemoteSlug1796170200000 } from './1796170200000-RepositoryRemoteSlug';
 import { DispatchClaimStateIndex1796170260000 } from './1796170260000-DispatchClaimStateIndex';
 import { TaskBlockerResolution1796170320000 } from './1796170320000-TaskBlockerResolution';
+import { TaskLifecycle1796170380000 } from './1796170380000-TaskLifecycle';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -19,4 +20,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   RepositoryRemoteSlug1796170200000,
   DispatchClaimStateIndex1796170260000,
   TaskBlockerResolution1796170320000,
+  TaskLifecycle1796170380000,
 ];

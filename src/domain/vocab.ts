@@ -126,3 +126,11 @@ export type OutboxEventType = (typeof OUTBOX_EVENT_TYPES)[number];
 export function sqlInList(values: readonly string[]): string {
   return values.map((v) => `'${v.replace(/'/g, "''")}'`).join(', ');
 }
+
+/** A workspace deletion cascade (`workspace_deletions.state`): accepted and running, or every batch done. */
+export const WORKSPACE_DELETION_STATES = ['running', 'completed'] as const;
+export type WorkspaceDeletionState = (typeof WORKSPACE_DELETION_STATES)[number];
+
+/** A recorded external-ID release (`external_id_releases.state`): claimed (its holder `preparing-release`), or applied. */
+export const RELEASE_STATES = ['running', 'completed'] as const;
+export type ReleaseState = (typeof RELEASE_STATES)[number];

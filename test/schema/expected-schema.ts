@@ -17,12 +17,14 @@ import {
   OUTBOX_EVENT_TYPES,
   PROVIDERS,
   RECOVERY_ACTIONS,
+  RELEASE_STATES,
   START_POLICIES,
   STEP_DISPOSITIONS,
   STEP_KINDS,
   STEP_STATES,
   TASK_CREATION_STATES,
   TASK_LIFECYCLE_STATES,
+  WORKSPACE_DELETION_STATES,
 } from '../../src/domain/vocab';
 
 export type LogicalType =
@@ -181,9 +183,15 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     `id:uuid workspace_id:uuid workflow_id:uuid? workflow_step_id:uuid? parent_id:uuid? title:str500 description:text?
      creation_state:str16 lifecycle_state:str16=live lifecycle_generation:int=1 start_policy:str16
      wip_admitted:bool=false queued_for_step_id:uuid? external_id:exact? external_id_settled_at:ts?
-     creation_operation_id:uuid revision:int=0 ${STAMPS} awaits_blockers:bool=false`,
+     creation_operation_id:uuid revision:int=0 ${STAMPS} awaits_blockers:bool=false
+     queued_at:ts? admitted_at:ts? deleted_at:ts? deletion_operation_id:uuid?`,
     {
       uniques: { uq_tasks_workspace_external_id: ['workspace_id', 'external_id'] },
+      indexes: {
+        ix_tasks_workflow_step_admitted: ['workflow_step_id', 'wip_admitted'],
+        ix_tasks_queue: ['queued_for_step_id', 'queued_at'],
+        ix_tasks_admitted_at: ['admitted_at'],
+      },
       fks: { fk_tasks_workspace: { columns: ['workspace_id'], table: 'workspaces' } },
       in: {
         creation_state: TASK_CREATION_STATES,
@@ -306,6 +314,31 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
         ix_event_outbox_workspace_seq: ['workspace_id', 'seq'],
       },
       in: { type: OUTBOX_EVENT_TYPES },
+    },
+  ),
+
+  // Lifecycle operations
+  t(
+    'workspace_deletions',
+    `id:uuid workspace_id:uuid state:str16 requested_by:str200 completed_creations:int=0 aborted_creations:int=0
+     deleted_tasks:int=0 cancelled_launches:int=0 transferred_launches:int=0 cleanup_jobs:int=0
+     waiting_operations:int=0 batches:int=0 requested_at:ts=now updated_at:ts=now completed_at:ts?`,
+    {
+      uniques: { uq_workspace_deletions_workspace: ['workspace_id'] },
+      indexes: { ix_workspace_deletions_state: ['state'] },
+      in: { state: WORKSPACE_DELETION_STATES },
+    },
+  ),
+  t(
+    'external_id_releases',
+    `id:uuid workspace_id:uuid task_id:uuid creation_operation_id:uuid external_id:exact holder_state:str24
+     state:str16 requested_by:str200 requested_at:ts=now updated_at:ts=now completed_at:ts?`,
+    {
+      indexes: {
+        ix_external_id_releases_state: ['state'],
+        ix_external_id_releases_operation: ['creation_operation_id'],
+      },
+      in: { state: RELEASE_STATES, holder_state: ['preparing', 'completed'] },
     },
   ),
 ];

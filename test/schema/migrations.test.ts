@@ -34,6 +34,9 @@ const CLEANUP_LAUNCH_EVENTS_TABLES = [
   'event_outbox',
 ];
 
+/** Tables created by TaskLifecycle, the last migration. */
+const LIFECYCLE_TABLES = ['workspace_deletions', 'external_id_releases'];
+
 async function repositoryColumns(): Promise<string[]> {
   return (await readColumns(ds)).filter((c) => c.table === 'repositories').map((c) => c.name);
 }
@@ -93,32 +96,43 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // TaskLifecycle: down() drops exactly its two tables, its task columns and their indexes.
+    const lifecycleColumns = ['queued_at', 'admitted_at', 'deleted_at', 'deletion_operation_id'];
+    const lifecycleIndexes = ['ix_tasks_admitted_at', 'ix_tasks_queue', 'ix_tasks_workflow_step_admitted'];
+    expect(await taskColumns()).toEqual(expect.arrayContaining(lifecycleColumns));
+    expect(await indexesOf('tasks')).toEqual(expect.arrayContaining(lifecycleIndexes));
+    await ds.undoLastMigration({ transaction: 'each' });
+    const beforeLifecycle = all.filter((t) => !LIFECYCLE_TABLES.includes(t));
+    expect(await readTables(ds)).toEqual(beforeLifecycle);
+    for (const c of lifecycleColumns) expect(await taskColumns()).not.toContain(c);
+    for (const ix of lifecycleIndexes) expect(await indexesOf('tasks')).not.toContain(ix);
+
     // TaskBlockerResolution: down() drops exactly its column and its index.
     expect(await taskColumns()).toContain('awaits_blockers');
     expect(await indexesOf('task_blockers')).toContain('ix_task_blockers_blocker_task_id');
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await taskColumns()).not.toContain('awaits_blockers');
     expect(await indexesOf('task_blockers')).not.toContain('ix_task_blockers_blocker_task_id');
-    expect(await readTables(ds)).toEqual(all);
+    expect(await readTables(ds)).toEqual(beforeLifecycle);
 
     // DispatchClaimStateIndex: down() drops exactly its index.
     expect(await dispatchClaimIndexes()).toContain('ix_task_launch_dispatch_claims_state_updated_at');
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await dispatchClaimIndexes()).not.toContain('ix_task_launch_dispatch_claims_state_updated_at');
-    expect(await readTables(ds)).toEqual(all);
+    expect(await readTables(ds)).toEqual(beforeLifecycle);
 
     // RepositoryRemoteSlug: down() drops exactly its column.
     expect(await repositoryColumns()).toContain('remote_slug');
     await ds.undoLastMigration({ transaction: 'each' });
-    expect(await readTables(ds)).toEqual(all);
+    expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 3);
-
-    await ds.undoLastMigration({ transaction: 'each' });
-    expect(await readTables(ds)).toEqual(all.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
     expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 4);
 
-    for (let i = 4; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 5);
+
+    for (let i = 5; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

@@ -75,6 +75,25 @@ CREATE TABLE `executors_running` (
   CONSTRAINT `chk_executors_running_state` CHECK (`state` collate utf8mb4_nopad_bin in ('starting','running','exited'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+CREATE TABLE `external_id_releases` (
+  `id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `workspace_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `task_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `creation_operation_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `external_id` varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+  `holder_state` varchar(24) NOT NULL,
+  `state` varchar(16) NOT NULL,
+  `requested_by` varchar(200) NOT NULL,
+  `requested_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `updated_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `completed_at` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  KEY `ix_external_id_releases_state` (`state`),
+  KEY `ix_external_id_releases_operation` (`creation_operation_id`),
+  CONSTRAINT `chk_external_id_releases_state` CHECK (`state` collate utf8mb4_nopad_bin in ('running','completed')),
+  CONSTRAINT `chk_external_id_releases_holder_state` CHECK (`holder_state` collate utf8mb4_nopad_bin in ('preparing','completed'))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 CREATE TABLE `lock_keys` (
   `key_hash` char(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
@@ -416,8 +435,15 @@ CREATE TABLE `tasks` (
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   `updated_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   `awaits_blockers` tinyint(1) NOT NULL DEFAULT 0,
+  `queued_at` datetime(3) DEFAULT NULL,
+  `admitted_at` datetime(3) DEFAULT NULL,
+  `deleted_at` datetime(3) DEFAULT NULL,
+  `deletion_operation_id` char(36) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_tasks_workspace_external_id` (`workspace_id`,`external_id`),
+  KEY `ix_tasks_workflow_step_admitted` (`workflow_step_id`,`wip_admitted`),
+  KEY `ix_tasks_queue` (`queued_for_step_id`,`queued_at`),
+  KEY `ix_tasks_admitted_at` (`admitted_at`),
   CONSTRAINT `fk_tasks_workspace` FOREIGN KEY (`workspace_id`) REFERENCES `workspaces` (`id`),
   CONSTRAINT `chk_tasks_creation_state` CHECK (`creation_state` collate utf8mb4_nopad_bin in ('preparing','completing','completed')),
   CONSTRAINT `chk_tasks_lifecycle_state` CHECK (`lifecycle_state` collate utf8mb4_nopad_bin in ('live','done','deleted')),
@@ -444,6 +470,28 @@ CREATE TABLE `workflows` (
   `name` varchar(200) NOT NULL,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   PRIMARY KEY (`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE `workspace_deletions` (
+  `id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `workspace_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `state` varchar(16) NOT NULL,
+  `requested_by` varchar(200) NOT NULL,
+  `completed_creations` int(11) NOT NULL DEFAULT 0,
+  `aborted_creations` int(11) NOT NULL DEFAULT 0,
+  `deleted_tasks` int(11) NOT NULL DEFAULT 0,
+  `cancelled_launches` int(11) NOT NULL DEFAULT 0,
+  `transferred_launches` int(11) NOT NULL DEFAULT 0,
+  `cleanup_jobs` int(11) NOT NULL DEFAULT 0,
+  `waiting_operations` int(11) NOT NULL DEFAULT 0,
+  `batches` int(11) NOT NULL DEFAULT 0,
+  `requested_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `updated_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `completed_at` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uq_workspace_deletions_workspace` (`workspace_id`),
+  KEY `ix_workspace_deletions_state` (`state`),
+  CONSTRAINT `chk_workspace_deletions_state` CHECK (`state` collate utf8mb4_nopad_bin in ('running','completed'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `workspace_group_members` (

@@ -115,6 +115,26 @@ CREATE TABLE public.executors_running (
 );
 
 --
+-- Name: external_id_releases; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.external_id_releases (
+    id uuid NOT NULL,
+    workspace_id uuid NOT NULL,
+    task_id uuid NOT NULL,
+    creation_operation_id uuid NOT NULL,
+    external_id character varying(255) NOT NULL COLLATE pg_catalog."C",
+    holder_state character varying(24) NOT NULL,
+    state character varying(16) NOT NULL,
+    requested_by character varying(200) NOT NULL,
+    requested_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    completed_at timestamp(3) with time zone,
+    CONSTRAINT chk_external_id_releases_holder_state CHECK (((holder_state)::text = ANY ((ARRAY['preparing'::character varying, 'completed'::character varying])::text[]))),
+    CONSTRAINT chk_external_id_releases_state CHECK (((state)::text = ANY ((ARRAY['running'::character varying, 'completed'::character varying])::text[])))
+);
+
+--
 -- Name: lock_keys; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -499,6 +519,10 @@ CREATE TABLE public.tasks (
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     awaits_blockers boolean DEFAULT false NOT NULL,
+    queued_at timestamp(3) with time zone,
+    admitted_at timestamp(3) with time zone,
+    deleted_at timestamp(3) with time zone,
+    deletion_operation_id uuid,
     CONSTRAINT chk_tasks_creation_state CHECK (((creation_state)::text = ANY ((ARRAY['preparing'::character varying, 'completing'::character varying, 'completed'::character varying])::text[]))),
     CONSTRAINT chk_tasks_lifecycle_state CHECK (((lifecycle_state)::text = ANY ((ARRAY['live'::character varying, 'done'::character varying, 'deleted'::character varying])::text[]))),
     CONSTRAINT chk_tasks_start_policy CHECK (((start_policy)::text = ANY ((ARRAY['none'::character varying, 'immediate'::character varying, 'deferred'::character varying])::text[])))
@@ -529,6 +553,29 @@ CREATE TABLE public.workflows (
     workspace_id uuid NOT NULL,
     name character varying(200) NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: workspace_deletions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.workspace_deletions (
+    id uuid NOT NULL,
+    workspace_id uuid NOT NULL,
+    state character varying(16) NOT NULL,
+    requested_by character varying(200) NOT NULL,
+    completed_creations integer DEFAULT 0 NOT NULL,
+    aborted_creations integer DEFAULT 0 NOT NULL,
+    deleted_tasks integer DEFAULT 0 NOT NULL,
+    cancelled_launches integer DEFAULT 0 NOT NULL,
+    transferred_launches integer DEFAULT 0 NOT NULL,
+    cleanup_jobs integer DEFAULT 0 NOT NULL,
+    waiting_operations integer DEFAULT 0 NOT NULL,
+    batches integer DEFAULT 0 NOT NULL,
+    requested_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    completed_at timestamp(3) with time zone,
+    CONSTRAINT chk_workspace_deletions_state CHECK (((state)::text = ANY ((ARRAY['running'::character varying, 'completed'::character varying])::text[])))
 );
 
 --
@@ -604,6 +651,13 @@ ALTER TABLE ONLY public.event_outbox
 
 ALTER TABLE ONLY public.executors_running
     ADD CONSTRAINT pk_executors_running PRIMARY KEY (id);
+
+--
+-- Name: external_id_releases pk_external_id_releases; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.external_id_releases
+    ADD CONSTRAINT pk_external_id_releases PRIMARY KEY (id);
 
 --
 -- Name: lock_keys pk_lock_keys; Type: CONSTRAINT; Schema: public; Owner: -
@@ -753,6 +807,13 @@ ALTER TABLE ONLY public.workflows
     ADD CONSTRAINT pk_workflows PRIMARY KEY (id);
 
 --
+-- Name: workspace_deletions pk_workspace_deletions; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.workspace_deletions
+    ADD CONSTRAINT pk_workspace_deletions PRIMARY KEY (id);
+
+--
 -- Name: workspace_group_members pk_workspace_group_members; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -851,6 +912,13 @@ ALTER TABLE ONLY public.workflow_steps
     ADD CONSTRAINT uq_workflow_steps_workflow_position UNIQUE (workflow_id, "position");
 
 --
+-- Name: workspace_deletions uq_workspace_deletions_workspace; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.workspace_deletions
+    ADD CONSTRAINT uq_workspace_deletions_workspace UNIQUE (workspace_id);
+
+--
 -- Name: ix_event_outbox_delivered_at_seq; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -861,6 +929,18 @@ CREATE INDEX ix_event_outbox_delivered_at_seq ON public.event_outbox USING btree
 --
 
 CREATE INDEX ix_event_outbox_workspace_seq ON public.event_outbox USING btree (workspace_id, seq);
+
+--
+-- Name: ix_external_id_releases_operation; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_external_id_releases_operation ON public.external_id_releases USING btree (creation_operation_id);
+
+--
+-- Name: ix_external_id_releases_state; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_external_id_releases_state ON public.external_id_releases USING btree (state);
 
 --
 -- Name: ix_task_blockers_blocker_task_id; Type: INDEX; Schema: public; Owner: -
@@ -909,6 +989,30 @@ CREATE INDEX ix_task_launch_dispatch_claims_state_updated_at ON public.task_laun
 --
 
 CREATE INDEX ix_task_resource_cleanup_jobs_state_next_attempt_at ON public.task_resource_cleanup_jobs USING btree (state, next_attempt_at);
+
+--
+-- Name: ix_tasks_admitted_at; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_tasks_admitted_at ON public.tasks USING btree (admitted_at);
+
+--
+-- Name: ix_tasks_queue; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_tasks_queue ON public.tasks USING btree (queued_for_step_id, queued_at);
+
+--
+-- Name: ix_tasks_workflow_step_admitted; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_tasks_workflow_step_admitted ON public.tasks USING btree (workflow_step_id, wip_admitted);
+
+--
+-- Name: ix_workspace_deletions_state; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_workspace_deletions_state ON public.workspace_deletions USING btree (state);
 
 --
 -- Name: task_creation_steps fk_task_creation_steps_operation; Type: FK CONSTRAINT; Schema: public; Owner: -

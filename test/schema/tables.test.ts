@@ -74,7 +74,7 @@ describe(`schema tables (${DIALECT})`, () => {
   it('has exactly the tables of docs/schema.md plus the migrations table', async () => {
     const expected = [...EXPECTED_TABLES.map((t) => t.name), MIGRATIONS_TABLE].sort();
     expect(await readTables(ds)).toEqual(expected);
-    expect(EXPECTED_TABLES).toHaveLength(29);
+    expect(EXPECTED_TABLES).toHaveLength(31);
   });
 
   describe.each(EXPECTED_TABLES.map((t) => [t.name, t] as const))('%s', (name, table) => {
