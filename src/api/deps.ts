@@ -24,4 +24,8 @@ export interface ApiDeps {
    * passes `wakeOutbox` (coordinator/wake-outbox.ts). Without it, the reaper's next sweep delivers them.
    */
   wakeOutbox?: (workspaceId: string) => Promise<void>;
+  /** Launches the agents of tasks a freed WIP slot admitted (coordinator/wake-launches.ts); else the sweep does. */
+  wakeLaunches?: (taskIds: string[]) => Promise<void>;
+  /** Runs a cleanup pass soon (a deletion handed effects to cleanup jobs); else the periodic pass does. */
+  wakeCleanup?: () => Promise<void>;
 }

@@ -5,8 +5,8 @@
  *   invalid_external_id, invalid_document -> 400 `{error, detail:{field,
  *   message}}`; not_authorized -> 404 `{error:"task not created"}` (the
  *   caller learns nothing else); not_found -> 404; task_identity_reused,
- *   creation_state_conflict, capacity_conflict, stale_claim, handle_mismatch,
- *   evidence_mismatch -> 409 `{error: code, detail}`; anything else -> 500
+ *   creation_state_conflict, capacity_conflict, task_deleted, workflow_mismatch,
+ *   workspace_deleting, stale_claim, handle_mismatch, evidence_mismatch -> 409 `{error: code, detail}`; anything else -> 500
  *   `{error:"internal"}`, logged.
  * - `HttpError`: refusals that exist only at the HTTP surface (401, 403, 413,
  *   415, an aborted creation's 422).
@@ -54,6 +54,9 @@ const CONFLICTS: ReadonlySet<ErrorCode> = new Set([
   'task_identity_reused',
   'creation_state_conflict',
   'capacity_conflict',
+  'task_deleted',
+  'workflow_mismatch',
+  'workspace_deleting',
   'stale_claim',
   'handle_mismatch',
   'evidence_mismatch',

@@ -18,6 +18,7 @@ import { externalIdRoutes } from './routes/external-id';
 import { operationRoutes } from './routes/operations';
 import { serviceRoutes } from './routes/service';
 import { setupRoutes } from './routes/setup';
+import { taskLifecycleRoutes } from './routes/task-lifecycle';
 import { taskRoutes } from './routes/tasks';
 import { compileValidator } from './validation';
 
@@ -53,6 +54,7 @@ export function buildApi(deps: ApiDeps): FastifyInstance {
       api.removeContentTypeParser('text/plain');
       await api.register(setupRoutes(deps));
       await api.register(taskRoutes(deps));
+      await api.register(taskLifecycleRoutes(deps));
       await api.register(externalIdRoutes(deps));
       await api.register(operationRoutes(deps));
       await api.register(eventRoutes(deps));

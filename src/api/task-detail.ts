@@ -1,7 +1,8 @@
 /**
  * Read models for tasks (plain autocommit reads, no transaction): the task
- * view of `GET /tasks/:id` with placement, blockers, agent session and launch
- * dispatch state, and the JSON shape of a task in create responses.
+ * view of `GET /tasks/:id` with placement (step, WIP slot or queue place),
+ * blockers, agent session, launch dispatch state and one `launch_state`
+ * summary, and the JSON shape of a task in create responses.
  */
 import { bool, readRows, type Db } from '../db/tx';
 import { TASK_VIEW_COLUMNS, toTaskView } from '../store/task-view';
@@ -19,6 +20,13 @@ export interface TaskDetail extends TaskView {
   blocked_by_open: string[];
   session: Record<string, unknown> | null;
   launch: Record<string, unknown> | null;
+  /**
+   * Where the task's agent stands: `none` (no agent asked for), `awaiting_blockers` (a deferred start whose
+   * blockers are not all done), `preparing` (its creation has not completed), `queued` (no free WIP slot in its
+   * step), `pending` (admitted, its launch not yet claimed), or its dispatch claim's state (`running`,
+   * `succeeded`, `retry_wait`, `unknown`, `cancelled`, `transferred`).
+   */
+  launch_state: string;
 }
 
 type DetailRow = Omit<TaskView, 'creation_complete'> & {
@@ -66,6 +74,11 @@ export async function readTaskDetail(db: Db, taskId: string): Promise<TaskDetail
        FROM task_launch_dispatch_claims WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1`,
     [taskId],
   );
+  const intents = await readRows<{ state: string }>(
+    db,
+    `SELECT s.state FROM task_creation_steps s WHERE s.operation_id = ? AND s.kind = 'launch_intent'`,
+    [view.creation_operation_id],
+  );
   const launch = launches[0]
     ? {
         ...launches[0],
@@ -74,6 +87,19 @@ export async function readTaskDetail(db: Db, taskId: string): Promise<TaskDetail
         lifecycle_generation: Number(launches[0].lifecycle_generation),
       }
     : null;
+  const launchState = launches[0]
+    ? String(launches[0].state)
+    : queued_for_step_id !== null
+      ? 'queued'
+      : intents.some((i) => i.state === 'armed')
+        ? view.creation_state === 'completed'
+          ? 'pending'
+          : 'preparing'
+        : view.start_policy === 'immediate'
+          ? 'preparing'
+          : view.start_policy === 'deferred'
+            ? 'awaiting_blockers'
+            : 'none';
   return {
     ...toTaskView(view),
     lifecycle_state,
@@ -86,5 +112,6 @@ export async function readTaskDetail(db: Db, taskId: string): Promise<TaskDetail
     blocked_by_open: blockers.filter((b) => b.lifecycle_state !== 'done').map((b) => b.blocker_task_id),
     session: sessions[0] ?? null,
     launch,
+    launch_state: launchState,
   };
 }

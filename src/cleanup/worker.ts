@@ -8,7 +8,8 @@
  * stored proof (schema envelope and `proof_sha256`), run the kind's
  * performer outside any transaction — worktree remove/quarantine with the
  * marker file still matching, marker comment deletion, staged attachment
- * restore; `workspace_attachment` and `session_prepare` are rows only —
+ * restore; `workspace_attachment` and `session_prepare` are rows only; a
+ * deleted task's effects are removed instead (src/cleanup/deleted-task.ts) —
  * and FinishCleanupJob: `done` undoes the proof's operation-owned rows in
  * the same transaction (only while each still matches the proof), `retry_wait`
  * tries again after the back-off, `unknown` leaves the job for an operator
@@ -18,7 +19,6 @@
  */
 import { cleanupProofHash } from '../canonical/hash';
 import { isTaskLedgerError } from '../domain/errors';
-import type { EffectDeps } from '../steps/types';
 import { claimCleanupJob, findDueCleanupJobs, finishCleanupJob, type CleanupJobClaim } from '../store/cleanup-jobs';
 import { runtimeExists } from '../store/effects/row-documents';
 import { txReader } from '../store/effects/row-locks';
@@ -28,6 +28,8 @@ import { cleanAssociation } from './association';
 import { cleanAttachments } from './attachments';
 import { rowsDecision, unknownDecision, type CleanupDecision } from './decision';
 import { cleanWorktree } from './worktree';
+import { decideDeletion, type DeletionCleanupDeps } from './deleted-task';
+import { DELETION_REASONS } from '../lifecycle/deletion-jobs';
 
 export interface CleanupRunReport {
   done: number;
@@ -37,7 +39,8 @@ export interface CleanupRunReport {
   errors: number;
 }
 
-async function decide(deps: EffectDeps, job: CleanupJobClaim, proof: CleanupProof): Promise<CleanupDecision> {
+async function decide(deps: DeletionCleanupDeps, job: CleanupJobClaim, proof: CleanupProof): Promise<CleanupDecision> {
+  if (DELETION_REASONS.has(job.reason)) return decideDeletion(deps, job, proof);
   switch (proof.kind) {
     case 'fresh_branch_prepare':
       return cleanWorktree(deps, job, proof);
@@ -59,7 +62,8 @@ async function decide(deps: EffectDeps, job: CleanupJobClaim, proof: CleanupProo
       };
     }
     case 'launch_intent':
-      return unknownDecision('proof_invalid', 'launch intents are never transferred by compensation');
+    case 'launch_dispatch':
+      return unknownDecision('proof_invalid', `${proof.kind} is never transferred by compensation`);
   }
 }
 
@@ -80,7 +84,7 @@ function proofOf(job: CleanupJobClaim): CleanupProof | string {
 }
 
 /** Performs one claimed job and finishes it; returns the state recorded, or null when the claim went stale. */
-export async function performCleanupJob(deps: EffectDeps, job: CleanupJobClaim) {
+export async function performCleanupJob(deps: DeletionCleanupDeps, job: CleanupJobClaim) {
   const proof = proofOf(job);
   const decision = typeof proof === 'string' ? unknownDecision('proof_invalid', proof) : await decide(deps, job, proof);
   const log = deps.log.child({ cleanup_job_id: job.id, kind: job.kind, operation_id: job.operationId });
@@ -111,7 +115,7 @@ export async function performCleanupJob(deps: EffectDeps, job: CleanupJobClaim) 
 }
 
 export async function runDueCleanupJobs(
-  deps: EffectDeps,
+  deps: DeletionCleanupDeps,
   owner: string,
   options: { workspaceId?: string; limit?: number } = {},
 ): Promise<CleanupRunReport> {

@@ -18,7 +18,10 @@
  *     provider_handle}`;
  *   - `attachment_claim`: `{attachments:[{attachment_id, staged_path,
  *     claimed_path, content_sha256, size}]}`;
- *   - `session_prepare`: `{session_id}`; `workspace_attachment`: `{}`.
+ *   - `session_prepare`: `{session_id}`; `workspace_attachment`: `{}`;
+ *   - `launch_dispatch` (a deleted task's agent, src/lifecycle/deletion-jobs.ts):
+ *     `{dispatch_id, session_id, idempotency_key, generation, state, host,
+ *     lease_expires_at}`.
  */
 import { parseCanonical } from '../canonical/canonical-json';
 import { compareCanonicalKeys } from '../canonical/sorted-lists';
@@ -27,9 +30,12 @@ import { ValidationError } from '../domain/errors';
 import type { OwnedRow } from '../store/effects/compensate-owned-rows';
 import type { CompensationClaim } from '../store/types';
 
+/** A cleanup job owns one step kind's effect, or the agent of a launch dispatch (a deleted task's). */
+export type CleanupKind = StepKind | 'launch_dispatch';
+
 export interface CleanupProof {
   version: 1;
-  kind: StepKind;
+  kind: CleanupKind;
   operation_id: string;
   step_id: string;
   task_id: string;
@@ -80,7 +86,7 @@ export function parseCleanupProof(json: string): CleanupProof {
   if (keys !== 'detail,kind,operation_id,owned_rows,reason,step_id,task_id,version,workspace_id') {
     throw bad(`unexpected fields: ${keys}`);
   }
-  if (p.version !== 1 || !(STEP_KINDS as readonly string[]).includes(p.kind as string)) throw bad('version or kind');
+  if (p.version !== 1 || ![...STEP_KINDS, 'launch_dispatch'].includes(p.kind as string)) throw bad('version or kind');
   for (const f of ['operation_id', 'step_id', 'task_id', 'workspace_id'] as const) {
     if (!isStr(p[f])) throw bad(`${f} missing`);
   }

@@ -27,6 +27,12 @@ export const ERROR_CODES = [
   'evidence_mismatch',
   /** WIP / admission capacity refused the command. */
   'capacity_conflict',
+  /** The task is deleted: no lifecycle command applies to it any more. Zero writes. */
+  'task_deleted',
+  /** The target workflow step belongs to another workflow than the task's. Zero writes. */
+  'workflow_mismatch',
+  /** The workspace is being deleted (or was): nothing new happens in it. Zero writes. */
+  'workspace_deleting',
   /** A lock was requested out of global tier order (a programming error). */
   'lock_order_violation',
   /** The command kept hitting deadlocks or serialization failures. */
@@ -63,7 +69,15 @@ export class ValidationError extends TaskLedgerError {
 /** A compare-and-set or predicate did not hold; the Store wrote nothing. */
 export class ConflictError extends TaskLedgerError {
   constructor(
-    code: 'stale_claim' | 'creation_state_conflict' | 'handle_mismatch' | 'evidence_mismatch' | 'capacity_conflict',
+    code:
+      | 'stale_claim'
+      | 'creation_state_conflict'
+      | 'handle_mismatch'
+      | 'evidence_mismatch'
+      | 'capacity_conflict'
+      | 'task_deleted'
+      | 'workflow_mismatch'
+      | 'workspace_deleting',
     message: string,
     detail: Record<string, unknown> = {},
   ) {

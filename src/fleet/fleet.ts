@@ -27,6 +27,7 @@ import type { AppConfig } from '../app/config';
 import { runDueCleanupJobs } from '../cleanup/worker';
 import { processCompleteJob } from '../coordinator/complete-worker';
 import { makeCreateTask } from '../coordinator/create';
+import { wakeLaunches } from '../coordinator/wake-launches';
 import { wakeOutbox } from '../coordinator/wake-outbox';
 import { QueueSet } from '../coordinator/queues';
 import { processStepJob, type StepHandlers } from '../coordinator/step-worker';
@@ -231,7 +232,8 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     // Transferred effects (task_resource_cleanup_jobs), one pass per sweep period, like the reaper.
     const clog = log.child({ role: 'cleanup' });
     await queues.get(CLEANUP_QUEUE).upsertJobScheduler('cleanup-sweep', { every: config.sweepMs }, { name: 'sweep' });
-    const cleanupDeps = { ...effects, log: clog };
+    // The launch workers' executor on this host: a deleted task's agent is stopped from here (cleanup/deleted-task.ts).
+    const cleanupDeps = { ...effects, log: clog, executor };
     worker(
       CLEANUP_QUEUE,
       async () => {
@@ -248,6 +250,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     const { buildApi } = await import('../api/server');
     const alog = log.child({ role: 'api' });
     const waker = { queues, log: alog, dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined };
+    const launchWaker = { db, queues, log: alog, launchInPlace };
     api = buildApi({
       db,
       config,
@@ -256,6 +259,12 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       queues: queues.all(),
       metrics,
       wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
+      wakeLaunches: async (taskIds) => {
+        await wakeLaunches(launchWaker, taskIds);
+      },
+      wakeCleanup: async () => {
+        await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
+      },
     });
     await api.listen({ port: config.port, host: '127.0.0.1' });
   }

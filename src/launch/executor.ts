@@ -19,6 +19,10 @@
  * process carrying the key, on the host of the claim's last owner (markers
  * and processes are local: absence on another host proves nothing). Anything
  * else is no proof either way.
+ *
+ * Stop (a deleted task's agent): fence the marker, stop every process
+ * carrying the key, prove none is left (src/launch/stop-agent.ts). The
+ * runtime handle names the host, so only that host's cleanup worker acts.
  */
 import { spawn } from 'node:child_process';
 import { closeSync, mkdirSync, openSync } from 'node:fs';
@@ -26,6 +30,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { NoDispatchProof } from '../store/launch-dispatch-recovery';
 import { DISPATCH_KEY_ENV, findDispatchProcesses } from './dispatch-processes';
+import { stopDispatchedAgent, type StopRef, type StopResult } from './stop-agent';
 import {
   createMarkerExclusive,
   markerSha256,
@@ -108,9 +113,13 @@ export class ExecutorError extends Error {
 
 export interface Executor {
   readonly kind: string;
+  /** The host whose runtimes this executor can see (`ownerHost` of the workers that start them). */
+  readonly host: string;
   start(req: StartRequest): Promise<StartedRuntime>;
   /** Reads only; never starts or stops anything. */
   observe(ref: DispatchRef): Promise<DispatchObservation>;
+  /** Fences the dispatch against a later start, stops its agent and proves it stopped (src/launch/stop-agent.ts). */
+  stop(ref: StopRef): Promise<StopResult>;
 }
 
 export class LocalProcessExecutor implements Executor {
@@ -139,7 +148,18 @@ export class LocalProcessExecutor implements Executor {
   }
 
   private handle(marker: StartMarker, pid: number | null): Record<string, unknown> {
-    return { kind: this.kind, pid, marker: this.markerPath(marker.session_id), log: this.logPath(marker.session_id) };
+    return {
+      kind: this.kind,
+      host: this.host,
+      pid,
+      marker: this.markerPath(marker.session_id),
+      log: this.logPath(marker.session_id),
+    };
+  }
+
+  stop(ref: StopRef): Promise<StopResult> {
+    mkdirSync(this.runtimeDir, { recursive: true });
+    return stopDispatchedAgent(this.markerPath(ref.sessionId), ref);
   }
 
   async start(req: StartRequest): Promise<StartedRuntime> {

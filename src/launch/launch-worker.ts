@@ -5,7 +5,9 @@
  * I/O, start the agent through the executor outside any transaction, record
  * the runtime handle. A refused claim (not completed, already launched, a
  * wake-up for another generation) or a claim that went stale before the
- * start (lease expired, recovered, retried) is a logged no-op.
+ * start (lease expired, recovered, retried) is a logged no-op; a task whose
+ * workflow step has no free WIP slot is queued by the claim (`queued`) and
+ * launched when a freed slot admits it.
  */
 import { failpoint } from '../failpoints';
 import { mkdirSync } from 'node:fs';
@@ -70,7 +72,7 @@ export const launchRetryJobId = (operationId: string, sessionId: string, generat
 export async function processLaunchJob(
   deps: LaunchWorkerDeps,
   job: LaunchWakeup,
-): Promise<'launched' | 'skipped' | 'failed'> {
+): Promise<'launched' | 'queued' | 'skipped' | 'failed'> {
   const log = deps.log.child({ operation_id: job.operationId, session_id: job.sessionId });
   const claim = await claimLaunchDispatch(
     deps.db,
@@ -83,6 +85,12 @@ export async function processLaunchJob(
     log.info({ reason: claim.refused }, 'launch job not applicable: nothing to do');
     deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'refused' });
     return 'skipped';
+  }
+  if ('queued' in claim) {
+    // The step's WIP slots are taken: the task waits in its queue; the move or deletion that frees a slot admits it.
+    log.info({ workflow_step_id: claim.queued }, 'no free WIP slot: the task waits in its step queue');
+    deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'queued' });
+    return 'queued';
   }
   await failpoint('after_dispatch_claim_before_runtime_start', {
     operationId: claim.operationId,

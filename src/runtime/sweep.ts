@@ -4,7 +4,9 @@
  * workspaces with undelivered outbox events get a dispatcher wake-up, and a
  * delivered task.created (or, for a deferred start, delivered
  * task.dependencies_resolved) whose armed launch has no dispatch claim yet gets
- * its launch wake-up again (the dispatcher's one was lost with Redis). Plain
+ * its launch wake-up again (the dispatcher's one was lost with Redis), unless
+ * the task waits in its step's WIP queue; so does a task a freed WIP slot
+ * admitted recently (the promotion's wake-up was lost). Plain
  * reads only; the full reaper (lease expiry, RecoveryAction) builds on this.
  */
 import { LAUNCH_QUEUE, launchJobId, OUTBOX_QUEUE, type LaunchJob, type OutboxJob } from '../../queues/names';
@@ -69,13 +71,16 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
     `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM event_outbox e
        JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
-       JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted'
+       JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted' AND t.queued_for_step_id IS NULL
       WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
         AND (e.type = 'task.dependencies_resolved' OR o.start_policy = 'immediate') ${scope.replace('workspace_id', 'e.workspace_id')}
         AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
       LIMIT ${SWEEP_LIMIT}`,
     launchWindowMs === null ? scopeParams : [launchWindowMs, ...scopeParams],
   );
+  // A queued task admitted by a freed WIP slot (store/wip-admission.ts) announced its launch long ago: a recent
+  // admission whose wake-up was lost is found by its admission time (ix_tasks_admitted_at) instead.
+  if (launchWindowMs !== null) launches.push(...(await recentAdmissions(db, launchWindowMs, workspaceId)));
   for (const l of launches) {
     const job: LaunchJob = { operationId: l.operation_id, taskId: l.task_id, sessionId: l.session_id };
     await addWakeup(
@@ -87,6 +92,25 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
     );
   }
   return { operations: ops.length, outboxWorkspaces: pending.length, launches: launches.length };
+}
+
+/** Admitted tasks (admitted within the window) whose armed launch has no dispatch claim yet. */
+async function recentAdmissions(db: Db, windowMs: number, workspaceId: string | undefined) {
+  const since =
+    db.dialect === 'postgres'
+      ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'"
+      : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND';
+  return readRows<{ operation_id: string; task_id: string; session_id: string }>(
+    db,
+    `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM tasks t
+       JOIN task_creation_operations o ON o.id = t.creation_operation_id AND o.state = 'completed'
+       JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
+      WHERE t.admitted_at > ${since} AND t.wip_admitted = ? AND t.lifecycle_state <> 'deleted'
+        ${workspaceId === undefined ? '' : 'AND t.workspace_id = ?'}
+        AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
+      LIMIT ${SWEEP_LIMIT}`,
+    [windowMs, true, ...(workspaceId === undefined ? [] : [workspaceId])],
+  );
 }
 
 export interface RecoveryCandidateQuery {

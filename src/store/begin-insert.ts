@@ -99,12 +99,8 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
         plan.workspace_id,
       ]);
-      if (!ws) throw new TaskLedgerError('not_authorized', 'task not created', {});
-      if (ws.state !== 'active') {
-        throw new ConflictError('creation_state_conflict', `workspace is ${ws.state}; no task can be created in it`, {
-          workspace_id: plan.workspace_id,
-        });
-      }
+      // A workspace being deleted answers as one that does not exist (its deletion committed after authorize()).
+      if (!ws || ws.state !== 'active') throw new TaskLedgerError('not_authorized', 'task not created', {});
       await lockAuthorityLocked(tx, input.actor, 'not_authorized');
 
       // Tier 2: admission row of the placement.

@@ -48,7 +48,8 @@ async function authorize(db: Db, principal: Principal, raw: unknown): Promise<st
   // A malformed or foreign workspace is indistinguishable from a missing one.
   if (typeof ws !== 'string' || !UUID_RE.test(ws) || !mayUseWorkspace(principal, ws)) throw notAuthorized();
   const rows = await readRows<{ state: string }>(db, 'SELECT state FROM workspaces WHERE id = ?', [ws]);
-  if (!rows[0]) throw notAuthorized();
+  // A workspace being deleted answers as one that does not exist (API.md, DELETE /workspaces/:id).
+  if (!rows[0] || rows[0].state !== 'active') throw notAuthorized();
   return ws;
 }
 

@@ -3,13 +3,19 @@
  * unique per operation/task/session, idempotency key
  * `task-launch/<creation-operation-id>/<session-id>`).
  *
- * claimLaunchDispatch — locks workspace 1 (share), completed creation
- * operation 4.2, task 5.2, identity 6, the armed launch intent 7, the dispatch
- * claim 8.2 (inserted when absent), the session 9. It requires: operation
- * `completed`, revision one and its `task.created` committed, the task live,
- * the launch intent `armed` with exact evidence for this session. Then
- * `planned|retry_wait -> running` (generation + 1, lease) and session
- * `prepared -> starting`. Anything else: a typed refusal, zero writes.
+ * claimLaunchDispatch — locks workspace 1 (share), the task's workflow step 2
+ * (FOR UPDATE, its WIP admission lock, only when the step has a limit),
+ * completed creation operation 4.2, task 5.2, identity 6, the armed launch
+ * intent 7, the dispatch claim 8.2 (inserted when absent), the session 9. It
+ * requires: an active workspace, operation `completed`, revision one and its
+ * `task.created` committed, the task live, the launch intent `armed` with
+ * exact evidence for this session. The WIP gate (store/wip-admission.ts): a
+ * task that holds no slot takes a free one (`wip_admitted`), or, with none
+ * free, is put in its step's queue and the claim answers `{queued}` (that is
+ * the only write). Then `planned|retry_wait -> running` (generation + 1,
+ * lease) and session `prepared -> starting`. Anything else: a typed refusal,
+ * zero writes. A task moved between the placement peek and its lock restarts
+ * the command.
  * recordLaunchDispatch — same prefix plus runtime 10: compare-and-set
  * `running -> succeeded` with the runtime handle and evidence, session
  * `running`, one `executors_running` row. failLaunchDispatch — `running ->
@@ -25,11 +31,12 @@
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { domainHash } from '../canonical/hash';
 import type { LaunchIntentRequest } from '../canonical/types';
-import { ConflictError } from '../domain/errors';
+import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import { verifyStoredEvidence } from './complete-verify';
-import { guardOperationLocked, lockTaskChainLocked, type OperationRow } from './operation-guard';
+import { guardOperationLocked, lockTaskChainLocked, type GuardOptions, type OperationRow } from './operation-guard';
+import { admitLocked, admittedCountLocked, enqueueLocked } from './wip-admission';
 import { lockStepsLocked, verifyStepRequest } from './step-rows';
 
 export const DISPATCH_EVIDENCE_DOMAIN = 'kandev/task-launch-dispatch-evidence/v1';
@@ -55,6 +62,8 @@ export interface RuntimeProof {
 }
 
 export type DispatchRefusal = { refused: string };
+/** The task's step has no free WIP slot: it waits in the step's queue (written), and promotion launches it. */
+export type DispatchQueued = { queued: string };
 
 export function dispatchIdempotencyKey(operationId: string, sessionId: string): string {
   return `task-launch/${operationId}/${sessionId}`;
@@ -64,11 +73,18 @@ export function dispatchIdempotencyKey(operationId: string, sessionId: string): 
  * Locks the LaunchTask prefix (workspace 1 .. steps 7) and checks that a
  * launch is legal for this session; exported for launch-dispatch recovery.
  */
-export async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessionId: string, actor: string) {
-  const { op, plan } = await guardOperationLocked(
+export async function lockLaunchPrefixLocked(
+  tx: Tx,
+  operationId: string,
+  sessionId: string,
+  actor: string,
+  options: GuardOptions = {},
+) {
+  const { op, plan, workspaceState } = await guardOperationLocked(
     tx,
     { kind: 'operation', operationId, actor },
     { externalIdKey: false, steps: true },
+    options,
   );
   if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
   const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
@@ -85,8 +101,119 @@ export async function lockLaunchPrefixLocked(tx: Tx, operationId: string, sessio
   if (!intent || intent.state !== 'armed') return { refused: 'no armed launch intent for this session' } as const;
   const request = verifyStepRequest(intent, plan) as LaunchIntentRequest;
   verifyStoredEvidence({ ...intent, state: 'succeeded' });
-  return { op, task, intent, request, steps };
+  return { op, task, intent, request, steps, workspaceState };
 }
+
+/** The task's workflow step and its WIP limit, read before any lock (which admission lock to take). */
+async function peekPlacement(tx: Tx, operationId: string) {
+  const row = await tx.one<{ workflow_step_id: string | null; wip_limit: number | string | null }>(
+    `SELECT t.workflow_step_id, s.wip_limit FROM task_creation_operations o
+       JOIN tasks t ON t.id = o.task_id LEFT JOIN workflow_steps s ON s.id = t.workflow_step_id
+      WHERE o.id = ?`,
+    [operationId],
+  );
+  return { stepId: row?.workflow_step_id ?? null, wipLimit: Number(row?.wip_limit ?? 0) };
+}
+
+type ClaimAttempt = DispatchClaim | DispatchRefusal | DispatchQueued | 'moved';
+
+async function claimOnceLocked(
+  tx: Tx,
+  target: { operationId: string; sessionId: string },
+  owner: string,
+  leaseMs: number,
+  expectedGeneration: number | undefined,
+): Promise<ClaimAttempt> {
+  const placement = await peekPlacement(tx, target.operationId);
+  // The admission lock only where there are slots to count: an unlimited step admits every launch.
+  const limited = placement.stepId !== null && placement.wipLimit > 0;
+  const p = await lockLaunchPrefixLocked(
+    tx,
+    target.operationId,
+    target.sessionId,
+    owner,
+    limited ? { admissionStepId: placement.stepId! } : {},
+  );
+  if ('refused' in p) return { refused: p.refused as string };
+  if (p.workspaceState !== 'active') return { refused: `workspace is ${p.workspaceState}` };
+  // The task moved between the peek and its lock: the lock taken may be the wrong step's. Start over.
+  if (p.task.workflow_step_id !== placement.stepId) return 'moved';
+  const op: OperationRow = p.op;
+  const idem = dispatchIdempotencyKey(op.id, target.sessionId);
+  const existing = await tx.one<{ id: string; state: string; generation: number }>(
+    'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
+    [op.id, op.task_id, target.sessionId],
+  );
+  let row = existing;
+  if (row) {
+    tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', row.id);
+    row = (await tx.one<{ id: string; state: string; generation: number }>(
+      'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE id = ? FOR UPDATE',
+      [row.id],
+    ))!;
+    if (row.state !== 'planned' && row.state !== 'retry_wait') return { refused: `dispatch claim is ${row.state}` };
+    if (expectedGeneration !== undefined && Number(row.generation) !== expectedGeneration) {
+      return { refused: `stale launch job for generation ${expectedGeneration}; the claim is at ${row.generation}` };
+    }
+  }
+  // The WIP gate (store/wip-admission.ts): a task without a slot takes a free one or waits in its step's queue.
+  const admit = !p.task.wip_admitted;
+  if (admit && limited && (await admittedCountLocked(tx, placement.stepId!)) >= placement.wipLimit) {
+    await enqueueLocked(tx, op.task_id, placement.stepId!);
+    return { queued: placement.stepId! };
+  }
+  if (!row) {
+    const id = globalThis.crypto.randomUUID();
+    tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', id);
+    await tx.exec(
+      `INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id, workspace_id, state, generation, lifecycle_generation, idempotency_key, request_sha256, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ${tx.now}, ${tx.now})`,
+      [
+        id,
+        op.id,
+        op.task_id,
+        target.sessionId,
+        op.workspace_id,
+        p.task.lifecycle_generation,
+        idem,
+        p.intent.request_sha256,
+      ],
+    );
+    row = { id, state: 'planned', generation: 0 };
+  }
+  tx.lockRow(TIER.SESSION, 'task_sessions', target.sessionId);
+  const session = await tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [
+    target.sessionId,
+  ]);
+  if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
+  const [changed] = await Promise.all([
+    tx.exec(
+      `UPDATE task_launch_dispatch_claims SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
+        WHERE id = ? AND generation = ? AND state = ?`,
+      [owner, leaseMs, row.id, Number(row.generation), row.state],
+    ),
+    tx.exec(`UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`, [target.sessionId]),
+    ...(admit ? [admitLocked(tx, [op.task_id])] : []),
+  ]);
+  if (changed !== 1)
+    throw new ConflictError('stale_claim', 'dispatch claim changed while being claimed', { dispatch_id: row.id });
+  return {
+    dispatchId: row.id,
+    operationId: op.id,
+    taskId: op.task_id,
+    workspaceId: op.workspace_id,
+    sessionId: target.sessionId,
+    generation: Number(row.generation) + 1,
+    owner,
+    idempotencyKey: idem,
+    request: p.request,
+    requestSha256: p.intent.request_sha256,
+  };
+}
+
+/** Why 5: the task only moves when a concurrent PATCH wins; twice in a row during one claim is already rare. */
+const MAX_PLACEMENT_CHANGES = 5;
 
 export async function claimLaunchDispatch(
   db: Db,
@@ -95,73 +222,15 @@ export async function claimLaunchDispatch(
   leaseMs: number,
   /** The claim generation the wake-up was sent for (0 before any claim); undefined accepts any. */
   expectedGeneration?: number,
-): Promise<DispatchClaim | DispatchRefusal> {
-  return runTransaction(db, 'ClaimLaunchDispatch', async (tx) => {
-    const p = await lockLaunchPrefixLocked(tx, target.operationId, target.sessionId, owner);
-    if ('refused' in p) return { refused: p.refused as string };
-    const op: OperationRow = p.op;
-    const idem = dispatchIdempotencyKey(op.id, target.sessionId);
-    let row = await tx.one<{ id: string; state: string; generation: number }>(
-      'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
-      [op.id, op.task_id, target.sessionId],
+): Promise<DispatchClaim | DispatchRefusal | DispatchQueued> {
+  for (let i = 0; i < MAX_PLACEMENT_CHANGES; i++) {
+    const r = await runTransaction(db, 'ClaimLaunchDispatch', (tx) =>
+      claimOnceLocked(tx, target, owner, leaseMs, expectedGeneration),
     );
-    if (!row) {
-      const id = globalThis.crypto.randomUUID();
-      tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', id);
-      await tx.exec(
-        `INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id, workspace_id, state, generation, lifecycle_generation, idempotency_key, request_sha256, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ${tx.now}, ${tx.now})`,
-        [
-          id,
-          op.id,
-          op.task_id,
-          target.sessionId,
-          op.workspace_id,
-          p.task.lifecycle_generation,
-          idem,
-          p.intent.request_sha256,
-        ],
-      );
-      row = { id, state: 'planned', generation: 0 };
-    } else {
-      tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', row.id);
-      row = (await tx.one<{ id: string; state: string; generation: number }>(
-        'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE id = ? FOR UPDATE',
-        [row.id],
-      ))!;
-    }
-    if (row.state !== 'planned' && row.state !== 'retry_wait') return { refused: `dispatch claim is ${row.state}` };
-    if (expectedGeneration !== undefined && Number(row.generation) !== expectedGeneration) {
-      return { refused: `stale launch job for generation ${expectedGeneration}; the claim is at ${row.generation}` };
-    }
-    tx.lockRow(TIER.SESSION, 'task_sessions', target.sessionId);
-    const session = await tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [
-      target.sessionId,
-    ]);
-    if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
-    const changed = await tx.exec(
-      `UPDATE task_launch_dispatch_claims SET state = 'running', generation = generation + 1, attempt = attempt + 1,
-              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
-        WHERE id = ? AND generation = ? AND state = ?`,
-      [owner, leaseMs, row.id, Number(row.generation), row.state],
-    );
-    if (changed !== 1)
-      throw new ConflictError('stale_claim', 'dispatch claim changed while being claimed', { dispatch_id: row.id });
-    await tx.exec(`UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`, [
-      target.sessionId,
-    ]);
-    return {
-      dispatchId: row.id,
-      operationId: op.id,
-      taskId: op.task_id,
-      workspaceId: op.workspace_id,
-      sessionId: target.sessionId,
-      generation: Number(row.generation) + 1,
-      owner,
-      idempotencyKey: idem,
-      request: p.request,
-      requestSha256: p.intent.request_sha256,
-    };
+    if (r !== 'moved') return r;
+  }
+  throw new TaskLedgerError('retry_exhausted', 'the task kept moving between workflow steps during its launch claim', {
+    operation_id: target.operationId,
   });
 }
 

@@ -48,6 +48,16 @@ export interface GuardedOperation {
   op: OperationRow;
   plan: CreationPlan;
   actor: ActorBindingDocument;
+  /** The workspace's state under its lock (`active`, `deleting`, `deleted`). */
+  workspaceState: string;
+}
+
+export interface GuardOptions {
+  /**
+   * A workflow step whose admission lock (tier 2, FOR UPDATE) goes between the
+   * workspace and the operation (WIP admission at launch, store/wip-admission.ts).
+   */
+  admissionStepId?: string;
 }
 
 /** Every operation column a guard or a reader (verify) needs. */
@@ -169,7 +179,7 @@ export interface ChainAhead {
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
-const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers FROM tasks WHERE id = ? FOR UPDATE`;
+const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ? FOR UPDATE`;
 const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
 
 function chainStatements(operationId: string, taskId: string, ahead: ChainAhead): Statement[] {
@@ -191,6 +201,7 @@ export async function guardOperationLocked(
   tx: Tx,
   auth: OperationAuthority,
   ahead?: ChainAhead,
+  options: GuardOptions = {},
 ): Promise<GuardedOperation> {
   const operationId = operationIdOf(auth);
   const peek = await peekOperation(tx, operationId);
@@ -217,12 +228,20 @@ export async function guardOperationLocked(
     params: [operationId],
   };
   const next = ahead ? chainStatements(operationId, peek.task_id, ahead) : [];
-  // Without an authority lock between them, workspace and operation go in one round trip with what follows.
+  const stepLock: Statement[] =
+    options.admissionStepId === undefined
+      ? []
+      : [{ sql: 'SELECT id FROM workflow_steps WHERE id = ? FOR UPDATE', params: [options.admissionStepId] }];
+  // Without an authority lock between them, workspace, admission step and operation go in one round trip with
+  // what follows.
   const together = auth.kind !== 'handle';
   tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
-  if (together) tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
-  const first = await tx.batchAhead(together ? [wsLock, opLock] : [wsLock], together ? next : []);
-  const ws = first[0]?.rows[0];
+  if (together) {
+    if (options.admissionStepId !== undefined) tx.lockRow(TIER.WORKFLOW, 'workflow_steps', options.admissionStepId);
+    tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
+  }
+  const first = await tx.batchAhead(together ? [wsLock, ...stepLock, opLock] : [wsLock], together ? next : []);
+  const ws = first[0]?.rows[0] as { state: string } | undefined;
   if (!ws) {
     throw new ConflictError('creation_state_conflict', 'the workspace of this operation no longer exists', {
       operation_id: operationId,
@@ -234,10 +253,14 @@ export async function guardOperationLocked(
     }
     await lockAuthorityLocked(tx, peek.actor, 'handle_mismatch');
   }
+  if (!together && options.admissionStepId !== undefined) {
+    tx.lockRow(TIER.WORKFLOW, 'workflow_steps', options.admissionStepId);
+    await tx.batch(stepLock);
+  }
 
   let raw: OperationRow | undefined;
   if (together) {
-    raw = first[1]?.rows[0] as OperationRow | undefined;
+    raw = first[stepLock.length + 1]?.rows[0] as OperationRow | undefined;
   } else {
     tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
     const [opResult] = await tx.batchAhead([opLock], next);
@@ -275,7 +298,7 @@ export async function guardOperationLocked(
       });
     }
   }
-  return { op, plan, actor };
+  return { op, plan, actor, workspaceState: ws.state };
 }
 
 /** Locks the task row (5.2) and retained identity (6) of an operation, after
@@ -284,11 +307,13 @@ export async function guardOperationLocked(
  *  next `lockStepsLocked`. With `blockers`, those task rows are locked too
  *  (5.2, FOR SHARE), in one ascending order with the task's own row, and
  *  their lifecycle states returned (Complete's phase B decides a waiting
- *  resolution on them, store/complete.ts). */
+ *  resolution on them, store/complete.ts). With `heads`, those task rows are
+ *  locked FOR UPDATE in the same ascending order (queued tasks a freed WIP
+ *  slot admits, store/wip-admission.ts). */
 export async function lockTaskChainLocked(
   tx: Tx,
   op: OperationRow,
-  options: { externalIdKey: boolean; steps?: boolean; blockers?: readonly string[] },
+  options: { externalIdKey: boolean; steps?: boolean; blockers?: readonly string[]; heads?: readonly string[] },
 ): Promise<{
   task: TaskLockRow | undefined;
   identityState: string | undefined;
@@ -300,24 +325,32 @@ export async function lockTaskChainLocked(
       await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(op.workspace_id, peek.external_id));
     }
   }
-  const ids = [...new Set([op.task_id, ...(options.blockers ?? [])])].sort();
+  const heads = new Set(options.heads ?? []);
+  const ids = [...new Set([op.task_id, ...(options.blockers ?? []), ...heads])].sort();
   for (const id of ids) tx.lockRow(TIER.TASK, 'tasks', id);
   tx.lockRow(TIER.IDENTITY, 'task_identities', op.task_id);
   const blockerLock = `SELECT id, lifecycle_state FROM tasks WHERE id = ? ${tx.forShare}`;
+  const headLock = 'SELECT id, lifecycle_state FROM tasks WHERE id = ? FOR UPDATE';
+  const sqlOf = (id: string) => (id === op.task_id ? TASK_LOCK : heads.has(id) ? headLock : blockerLock);
   const results = await tx.batchAhead(
-    [
-      ...ids.map((id) => ({ sql: id === op.task_id ? TASK_LOCK : blockerLock, params: [id] })),
-      { sql: IDENTITY_LOCK, params: [op.task_id] },
-    ],
+    [...ids.map((id) => ({ sql: sqlOf(id), params: [id] })), { sql: IDENTITY_LOCK, params: [op.task_id] }],
     options.steps ? [stepsLockStatement(op.id)] : [],
   );
   const at = ids.indexOf(op.task_id);
-  const row = results[at]?.rows[0] as (Omit<TaskLockRow, 'awaits_blockers'> & { awaits_blockers: unknown }) | undefined;
+  const row = results[at]?.rows[0] as
+    | (Omit<TaskLockRow, 'awaits_blockers' | 'wip_admitted'> & { awaits_blockers: unknown; wip_admitted: unknown })
+    | undefined;
   return {
-    task: row && { ...row, awaits_blockers: bool(row.awaits_blockers) },
+    task: row && {
+      ...row,
+      lifecycle_generation: Number(row.lifecycle_generation),
+      revision: Number(row.revision),
+      awaits_blockers: bool(row.awaits_blockers),
+      wip_admitted: bool(row.wip_admitted),
+    },
     identityState: (results[ids.length]?.rows[0] as { state: string } | undefined)?.state,
     blockers: ids.flatMap((id, i) => {
-      if (id === op.task_id) return [];
+      if (id === op.task_id || (heads.has(id) && !(options.blockers ?? []).includes(id))) return [];
       const r = results[i]?.rows[0] as { lifecycle_state: string } | undefined;
       return [{ id, lifecycle_state: r?.lifecycle_state ?? null }];
     }),
@@ -334,4 +367,8 @@ export interface TaskLockRow {
   revision: number;
   /** True while the task waits for a later transition of its blockers (set by Begin, store/task-done.ts). */
   awaits_blockers: boolean;
+  workflow_step_id: string | null;
+  /** Holds a WIP slot of its step (store/wip-admission.ts). */
+  wip_admitted: boolean;
+  queued_for_step_id: string | null;
 }

@@ -15,7 +15,8 @@
  * creation writes its task row under the same 5.2 lock, so a task's
  * `creation_state` read here is exact.
  * - task absent: `not_found`; still being created (`preparing|completing`)
- *   or deleted: `creation_state_conflict`; nothing written.
+ *   or deleted: `creation_state_conflict`; its workspace being deleted:
+ *   `workspace_deleting`; nothing written.
  * - already `done`: nothing written, `already_done: true` (a retried request
  *   fires nothing twice).
  * - only a task that awaits its blockers resolves (`tasks.awaits_blockers`:
@@ -123,7 +124,14 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
   if (!peek) throw new TaskLedgerError('not_found', `task ${taskId} does not exist`, { task_id: taskId });
   const before = await readEdges(tx, taskId);
   tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
-  await tx.one(`SELECT id FROM workspaces WHERE id = ? ${tx.forShare}`, [peek.workspace_id]);
+  const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
+    peek.workspace_id,
+  ]);
+  if (!ws || ws.state !== 'active') {
+    throw new ConflictError('workspace_deleting', 'the workspace is being deleted', {
+      workspace_id: peek.workspace_id,
+    });
+  }
   const ids = [...new Set([taskId, ...before.flatMap((e) => [e.task_id, e.blocker_task_id])])].sort();
   for (const id of ids) tx.lockRow(TIER.TASK, 'tasks', id);
   const locked = await tx.rows<TaskRow>(

@@ -125,6 +125,8 @@ const crashAtClaim = () => armFailpoint('after_dispatch_claim_before_runtime_sta
 /** An executor whose worker dies right after the agent started, before the runtime is recorded. */
 const dyingAfterStart = (executor: LocalProcessExecutor): Executor => ({
   kind: executor.kind,
+  host: executor.host,
+  stop: (ref) => executor.stop(ref),
   start: async (req) => {
     await executor.start(req);
     throw new Error('worker died before recording the runtime');
@@ -281,6 +283,8 @@ describe('launch-dispatch recovery', () => {
     let pausedStarts = 0;
     const counting: Executor = {
       kind: s.executor.kind,
+      host: s.executor.host,
+      stop: (ref) => s.executor.stop(ref),
       start: (req) => {
         pausedStarts++;
         return s.executor.start(req);

@@ -27,8 +27,8 @@ type Req = FastifyRequest<Route>;
 /** Authorizes the workspace first, then validates the query; returns the workspace and normalized ID. */
 async function authorizedLookup(db: Db, req: Req): Promise<{ workspaceId: string; externalId: string }> {
   const workspaceId = requireWorkspace(req, req.params.id);
-  const ws = await readRows(db, 'SELECT id FROM workspaces WHERE id = ?', [workspaceId]);
-  if (!ws[0]) throw notFound('workspace');
+  const ws = await readRows<{ state: string }>(db, 'SELECT state FROM workspaces WHERE id = ?', [workspaceId]);
+  if (!ws[0] || ws[0].state !== 'active') throw notFound('workspace');
   const extra = Object.keys(req.query).find((k) => k !== 'external_id');
   if (extra !== undefined) throw new ValidationError(`/${extra}`, 'unknown query parameter');
   const externalId = normalizeExternalId(req.query.external_id);

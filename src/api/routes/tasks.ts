@@ -10,8 +10,10 @@
  *   pending -> 202 {task, creation_complete: false, deduplicated: false, operation_id};
  *   aborted -> 422 {error: "creation_aborted", cause}.
  *   `wait_ms` is 0..120000 (default 15000).
- * GET /tasks/:id  the task with creation state, placement, blockers (all,
- *   and those not yet done), session and launch state; 404 when absent or outside the caller's workspace.
+ * GET /tasks/:id  the task with creation state, placement (step, WIP slot or
+ *   queue place), blockers (all, and those not yet done), session and launch
+ *   state; 404 when absent, deleted, outside the caller's workspace, or in a
+ *   workspace being deleted.
  * POST /tasks/:id/done  marks a created task done (`src/store/task-done.ts`):
  *   200 {task, already_done, dependencies_resolved: [task ids it unblocked],
  *   resolution_pending: [unblocked tasks still being created; their Complete
@@ -25,10 +27,10 @@
 import type { FastifyPluginCallback } from 'fastify';
 import type { CreateTaskOutcome } from '../../coordinator/create-task';
 import type { BeginOutcome } from '../../domain/vocab';
-import { isUuid, mayRead, principalOf } from '../auth';
+import { principalOf } from '../auth';
 import type { ApiDeps } from '../deps';
 import { creationAborted, notFound } from '../errors';
-import { readRows } from '../../db/tx';
+import { authorizeTask } from './task-lifecycle';
 import { markTaskDone } from '../../store/task-done';
 import { readTaskDetail, taskBody } from '../task-detail';
 import { closed } from '../validation';
@@ -98,21 +100,16 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
     );
 
     app.get<{ Params: { id: string } }>('/tasks/:id', async (req) => {
-      const principal = principalOf(req);
-      if (!isUuid(req.params.id)) throw notFound('task');
+      await authorizeTask(db, req);
       const task = await readTaskDetail(db, req.params.id);
-      if (!task || !mayRead(principal, task.workspace_id)) throw notFound('task');
+      // A deleted task is gone for ordinary reads; its task.deleted event stays in the workspace's feed.
+      if (!task || task.lifecycle_state === 'deleted') throw notFound('task');
       return { task };
     });
 
     app.post<{ Params: { id: string } }>('/tasks/:id/done', async (req) => {
-      const principal = principalOf(req);
-      if (!isUuid(req.params.id)) throw notFound('task');
       // Authorized on the task's workspace first: an outsider learns nothing, not even that the task exists.
-      const [owner] = await readRows<{ workspace_id: string }>(db, 'SELECT workspace_id FROM tasks WHERE id = ?', [
-        req.params.id,
-      ]);
-      if (!owner || !mayRead(principal, owner.workspace_id)) throw notFound('task');
+      await authorizeTask(db, req);
       const result = await markTaskDone(db, req.params.id);
       if (result.dependencies_resolved.length > 0 && deps.wakeOutbox) {
         // The events are committed; a failed wake-up only delays them to the reaper's next sweep.

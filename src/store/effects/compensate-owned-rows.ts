@@ -8,10 +8,11 @@
  * - `OwnedRow{table, key, row_sha256, undone_sha256}`: `row_sha256` is the
  *   `rowHash()` of the row exactly as the step left it; `undone_sha256` is
  *   the hash of the row after the undo (null: the undo deletes the row).
- *   Only `task_message_attachments` is restored (to its exact staged owner)
- *   instead of deleted.
+ *   Only `task_message_attachments` can be restored (to its exact staged
+ *   owner, a compensation's undo) instead of deleted: when its
+ *   `undone_sha256` is set; a deleted task's attachments are deleted.
  * - `ownedRowLocks(rows)`: one FOR UPDATE LockNeed per row at its table's
- *   tier (sessions 9, environment bindings 11.1, environment repos 11.2,
+ *   tier (sessions 9, runtimes 10, environment bindings 11.1, environment repos 11.2,
  *   group members and blockers 12.2, markers and attachments 14,
  *   remote-contribution associations 15).
  * - `readOwnedRowsLocked(tx, rows)` classifies each row under those locks:
@@ -33,6 +34,7 @@ import {
   readEnvironmentRepo,
   readGroupMember,
   readMarker,
+  readRuntime,
   readSession,
   rowHash,
 } from './row-documents';
@@ -51,7 +53,7 @@ interface TableSpec {
   /** WHERE clause and parameters selecting the row from its canonical key. */
   where(key: string): { sql: string; params: SqlParam[] };
   read(read: Reader, key: string): Promise<unknown>;
-  /** Restore instead of delete (attachments go back to their staged owner). */
+  /** Restore instead of delete (attachments go back to their staged owner) when the row's `undone_sha256` is set. */
   restore?: string;
 }
 
@@ -75,6 +77,11 @@ const TABLES: Readonly<Record<string, TableSpec>> = {
     tier: TIER.SESSION,
     where: (k) => ({ sql: 'id = ?', params: [k] }),
     read: (r, k) => readSession(r, k),
+  },
+  executors_running: {
+    tier: TIER.RUNTIME,
+    where: (k) => ({ sql: 'id = ?', params: [k] }),
+    read: (r, k) => readRuntime(r, k),
   },
   task_environment_bindings: {
     tier: TIER.ENVIRONMENT,
@@ -181,9 +188,10 @@ export async function undoOwnedRowsLocked(tx: Tx, found: readonly FoundOwnedRow[
     if (f.presence !== 'ours') continue;
     const spec = specOf(f.row.table);
     const w = spec.where(f.row.key);
-    const changed = spec.restore
-      ? await tx.exec(`UPDATE ${f.row.table} SET ${spec.restore}, updated_at = ${tx.now} WHERE ${w.sql}`, w.params)
-      : await tx.exec(`DELETE FROM ${f.row.table} WHERE ${w.sql}`, w.params);
+    const changed =
+      spec.restore && f.row.undone_sha256 !== null
+        ? await tx.exec(`UPDATE ${f.row.table} SET ${spec.restore}, updated_at = ${tx.now} WHERE ${w.sql}`, w.params)
+        : await tx.exec(`DELETE FROM ${f.row.table} WHERE ${w.sql}`, w.params);
     if (changed !== 1) throw new Error(`owned row ${f.row.table} ${f.row.key} did not change exactly once`);
   }
   const after = await readOwnedRowsLocked(

@@ -257,6 +257,36 @@ export async function runtimeExists(read: Reader, sessionId: string): Promise<bo
   return rows.length > 0;
 }
 
+// ---------------------------------------------------------------- executors_running (10)
+
+export interface RuntimeDoc {
+  id: string;
+  session_id: string;
+  task_id: string;
+  workspace_id: string;
+  dispatch_claim_id: string;
+  runtime_handle: string;
+  pid: number | null;
+  state: string;
+}
+export async function readRuntime(read: Reader, id: string): Promise<RuntimeDoc | null> {
+  const rows = await read(
+    `SELECT id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state
+       FROM executors_running WHERE id = ?`,
+    [id],
+  );
+  return pick(rows, (r) => ({
+    id: str(r.id),
+    session_id: str(r.session_id),
+    task_id: str(r.task_id),
+    workspace_id: str(r.workspace_id),
+    dispatch_claim_id: str(r.dispatch_claim_id),
+    runtime_handle: str(r.runtime_handle),
+    pid: r.pid === null || r.pid === undefined ? null : Number(r.pid),
+    state: str(r.state),
+  }));
+}
+
 // ---------------------------------------------------------------- task_resource_markers (14)
 
 export interface MarkerDoc {
