@@ -285,10 +285,10 @@ describe('bad input', () => {
     }
   });
 
-  it('refuses to create in a workspace that is being deleted', async () => {
+  it('refuses to create in a workspace that is being deleted, as in one that does not exist', async () => {
     const ws = await seedWorkspace(t.db);
     await sql(t.db, "UPDATE workspaces SET state = 'deleting' WHERE id = ?", [ws.workspaceId]);
-    await expectTyped(begin(t.db, ws, {}), 'creation_state_conflict');
+    await expectTyped(begin(t.db, ws, {}), 'not_authorized');
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
   });
 });
