@@ -52,6 +52,13 @@ export interface LaunchJob {
   taskId: string;
   sessionId: string;
 }
+/** A workspace deletion's cascade (on the reaper queue, beside its `sweep` jobs). */
+export interface WorkspaceDeletionJob {
+  deletionId: string;
+  workspaceId: string;
+}
+export const WORKSPACE_DELETION_JOB = 'workspace-deletion';
+export const workspaceDeletionJobId = (deletionId: string): string => `wsdel-${deletionId}-${Date.now()}`;
 export interface AdmissionJob {
   /** Principal the producer authenticated as (token ID); re-checked by Begin. */
   tokenId: string;

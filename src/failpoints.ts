@@ -69,6 +69,23 @@ export const FAILPOINT_NAMES = [
    * so losing Redis jobs must never strand a creation.
    */
   'after_begin_commit_before_enqueue',
+  /**
+   * A workspace deletion was accepted (workspace `deleting`, deletion
+   * `running`) but its cascade job was not enqueued: the reaper's sweep must
+   * run it from the ledger, and asking again must answer the same deletion.
+   */
+  'after_workspace_deletion_accept',
+  /**
+   * The cascade committed one creation's deletion or abort and stops before
+   * the next: a rerun must handle each remaining creation once, never a
+   * creation twice (no second task.deleted, no second cleanup job).
+   */
+  'workspace_deletion_between_creations',
+  /**
+   * Every creation is handled but the workspace is not yet `deleted`: a
+   * rerun must finish it, with the counts unchanged.
+   */
+  'workspace_deletion_before_finish',
 ] as const;
 export type FailpointName = (typeof FAILPOINT_NAMES)[number];
 

@@ -28,4 +28,6 @@ export interface ApiDeps {
   wakeLaunches?: (taskIds: string[]) => Promise<void>;
   /** Runs a cleanup pass soon (a deletion handed effects to cleanup jobs); else the periodic pass does. */
   wakeCleanup?: () => Promise<void>;
+  /** Enqueues a workspace deletion's cascade on the reaper queue; else the reaper's next sweep runs it. */
+  startWorkspaceDeletion?: (deletionId: string, workspaceId: string) => Promise<void>;
 }

@@ -20,6 +20,7 @@ import { serviceRoutes } from './routes/service';
 import { setupRoutes } from './routes/setup';
 import { taskLifecycleRoutes } from './routes/task-lifecycle';
 import { taskRoutes } from './routes/tasks';
+import { workspaceDeletionRoutes } from './routes/workspace-deletion';
 import { compileValidator } from './validation';
 
 export type { ApiDeps } from './deps';
@@ -55,6 +56,7 @@ export function buildApi(deps: ApiDeps): FastifyInstance {
       await api.register(setupRoutes(deps));
       await api.register(taskRoutes(deps));
       await api.register(taskLifecycleRoutes(deps));
+      await api.register(workspaceDeletionRoutes(deps));
       await api.register(externalIdRoutes(deps));
       await api.register(operationRoutes(deps));
       await api.register(eventRoutes(deps));

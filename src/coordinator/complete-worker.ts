@@ -55,7 +55,7 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
       .announce(job.operationId)
       .catch((err: unknown) => log.warn({ err }, 'could not announce the completed creation; waiters will poll'));
   } catch (err) {
-    if (isTaskLedgerError(err) && ['creation_state_conflict', 'stale_claim'].includes(err.code)) {
+    if (isTaskLedgerError(err) && ['creation_state_conflict', 'stale_claim', 'workspace_deleting'].includes(err.code)) {
       log.info({ reason: err.code, detail: err.message }, 'complete job not applicable: nothing to do');
       deps.metrics?.jobsSkipped.inc({ queue: 'complete', reason: err.code });
       return 'skipped';

@@ -66,7 +66,10 @@ export async function processStepJob(
       deps.leaseMs,
     );
   } catch (err) {
-    if (isTaskLedgerError(err) && ['creation_state_conflict', 'stale_claim', 'not_found'].includes(err.code)) {
+    if (
+      isTaskLedgerError(err) &&
+      ['creation_state_conflict', 'stale_claim', 'not_found', 'workspace_deleting'].includes(err.code)
+    ) {
       log.info({ reason: err.code, detail: err.message }, 'duplicate or stale step job: nothing to do');
       deps.metrics?.jobsSkipped.inc({ queue: `step-${job.kind}`, reason: err.code });
       return 'skipped';

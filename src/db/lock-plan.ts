@@ -16,6 +16,8 @@ export const TIER = {
   /** The caller's authority row (API token), right after its workspace (docs/adr/0002-authority-tier.md). */
   AUTHORITY: 1.5,
   WORKFLOW: 2,
+  /** Lifecycle operation rows (workspace deletions), before the barriers they own and the creations they touch. */
+  LIFECYCLE_OPERATION: 4,
   /** Archive / deletion membership barriers, then creation operations (ascending UUID). */
   BARRIER: 4.1,
   OPERATION: 4.2,

@@ -17,6 +17,9 @@ import {
   OUTBOX_QUEUE,
   REAPER_QUEUE,
   stepQueueName,
+  WORKSPACE_DELETION_JOB,
+  workspaceDeletionJobId,
+  type WorkspaceDeletionJob,
   type AdmissionJob,
   type CompleteJob,
   type LaunchJob,
@@ -43,6 +46,7 @@ import { singleFlight } from '../outbox/single-flight';
 import { createProviderRegistry } from '../providers/registry';
 import { createRedis } from '../runtime/redis';
 import { sweepOnce } from '../runtime/reaper';
+import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { defaultStepHandlers } from '../steps/index';
 import type { Principal } from '../store/types';
 import { CONCURRENCY, type Role } from './roles';
@@ -217,9 +221,22 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       // Launch dispatch recovery observes the launch workers' runtime directory on this host.
       executor,
     };
+    const deletionDeps = {
+      db,
+      dataDir: config.dataDir,
+      log: rlog,
+      wakeOutbox: roles.has('outbox') ? async (ws: string) => void (await deliveryPass(ws)) : undefined,
+      wakeCleanup: async () => {
+        await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
+      },
+    };
     worker(
       REAPER_QUEUE,
-      async () => {
+      async (job) => {
+        if (job.name === WORKSPACE_DELETION_JOB) {
+          const { deletionId, workspaceId } = job.data as WorkspaceDeletionJob;
+          return runWorkspaceDeletion(deletionDeps, deletionId, workspaceId);
+        }
         const r = await sweepOnce(reaperDeps);
         const dispatch = r.dispatch ? r.dispatch.expired + r.dispatch.reconciled + r.dispatch.retried : 0;
         if (r.expiredSteps + r.expiredCompensations + r.wakeups + dispatch > 0) rlog.debug(r, 'sweep');
@@ -264,6 +281,13 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       },
       wakeCleanup: async () => {
         await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
+      },
+      startWorkspaceDeletion: async (deletionId, workspaceId) => {
+        await queues
+          .get(REAPER_QUEUE)
+          .add(WORKSPACE_DELETION_JOB, { deletionId, workspaceId } satisfies WorkspaceDeletionJob, {
+            jobId: workspaceDeletionJobId(deletionId),
+          });
       },
     });
     await api.listen({ port: config.port, host: '127.0.0.1' });

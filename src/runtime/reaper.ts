@@ -11,7 +11,8 @@
  * 3. launch dispatch claims (`recoverLaunchDispatches`, when the reaper has
  *    the launch workers' executor): expired claims become `unknown` and are
  *    reconciled from runtime proof or retried from no-dispatch proof;
- * 4. every non-terminal operation gets its due wake-ups again, so flushing
+ * 4. every workspace deletion still `running` gets a cascade pass;
+ * 5. every non-terminal operation gets its due wake-ups again, so flushing
  *    Redis loses nothing.
  * A bounded batch per pass; the next sweep continues.
  */
@@ -22,6 +23,8 @@ import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import { recoverLaunchDispatches, type DispatchRecoveryReport } from './dispatch-recovery';
 import { recoverUntilSettled, type RecoverDeps, type RecoveryOutcome } from './recover';
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
+import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
+import { findRunningWorkspaceDeletions } from '../store/workspace-deletion';
 
 export interface ReaperDeps extends RecoverDeps {
   /** Limit the sweep to one workspace (a per-tenant reaper; tests sharing a database). Default: all. */
@@ -58,6 +61,8 @@ export interface SweepReport {
   recoveryBackedOff: number;
   /** Launch dispatch recovery; null when the reaper has no executor. */
   dispatch: DispatchRecoveryReport | null;
+  /** Workspace deletion cascades run by this sweep, and how many of them finished. */
+  deletions: { running: number; finished: number };
   wakeups: number;
 }
 
@@ -87,8 +92,33 @@ export function emptySweepReport(): SweepReport {
     recoveryErrors: 0,
     recoveryBackedOff: 0,
     dispatch: null,
+    deletions: { running: 0, finished: 0 },
     wakeups: 0,
   };
+}
+
+/**
+ * Why here: a deletion's cascade job lives in Redis; the sweep runs every
+ * deletion still `running` from the ledger, so losing Redis (or a crash in a
+ * pass) only delays it. Its events and jobs are woken below (outbox wake-ups)
+ * and by the cleanup role's periodic pass.
+ */
+async function runPendingDeletions(deps: ReaperDeps): Promise<{ running: number; finished: number }> {
+  const out = { running: 0, finished: 0 };
+  for (const d of await findRunningWorkspaceDeletions(deps.effects.db, deps.workspaceId)) {
+    out.running++;
+    try {
+      const pass = await runWorkspaceDeletion(
+        { db: deps.effects.db, dataDir: deps.effects.dataDir, log: deps.log },
+        d.id,
+        d.workspace_id,
+      );
+      if (pass.finished) out.finished++;
+    } catch (err) {
+      deps.log.error({ err, deletion_id: d.id }, 'a workspace deletion pass failed; the next sweep runs it again');
+    }
+  }
+  return out;
 }
 
 /**
@@ -189,6 +219,7 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
       workspaceId: deps.workspaceId,
     });
   }
+  report.deletions = await runPendingDeletions(deps);
   if (deps.queues) {
     // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window.
     const full = !launchScanned.has(deps);

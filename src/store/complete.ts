@@ -29,7 +29,7 @@ import { lockStepsLocked } from './step-rows';
 import { insertResolvedEventLocked } from './task-done';
 import type { CompleteResult, OperationAuthority } from './types';
 
-interface VerifiedCreation {
+export interface VerifiedCreation {
   op: OperationRow;
   plan: CreationPlan;
   task: TaskLockRow;
@@ -52,8 +52,14 @@ async function lockAndVerifyLocked(
   auth: OperationAuthority,
   phase: 'A' | 'B',
 ): Promise<VerifiedCreation | CompleteResult> {
-  const { op, plan } = await guardOperationLocked(tx, auth, { externalIdKey: true, steps: true });
+  const { op, plan, workspaceState } = await guardOperationLocked(tx, auth, { externalIdKey: true, steps: true });
   if (op.state === 'completed') return replay(op);
+  if (phase === 'A' && op.state === 'preparing' && workspaceState !== 'active') {
+    // The workspace deletion cascade aborts what is still preparing; a Complete between its phases it finishes.
+    throw new ConflictError('workspace_deleting', 'the workspace is being deleted; no creation completes', {
+      operation_id: op.id,
+    });
+  }
   const wanted = phase === 'A' ? 'preparing' : 'completing';
   if (op.state !== wanted && !(phase === 'A' && op.state === 'completing')) {
     throw new ConflictError('creation_state_conflict', `operation is ${op.state}; Complete needs ${wanted}`, {
@@ -87,8 +93,13 @@ async function lockAndVerifyLocked(
  * and inserts the single `task.created` event (unique per task and revision);
  * then a waiting resolution's event at revision two.
  */
-export async function completeTaskCreationLocked(tx: Tx, v: VerifiedCreation): Promise<CompleteResult> {
-  const eventId: string = randomUUID();
+export async function completeTaskCreationLocked(
+  tx: Tx,
+  v: VerifiedCreation,
+  /** The `task.created` event's ID (workspace deletion orders it before its `task.deleted` in the outbox tier). */
+  givenEventId?: string,
+): Promise<CompleteResult> {
+  const eventId: string = givenEventId ?? randomUUID();
   // The task's last awaited blocker was marked done while it was being created (store/task-done.ts): its
   // task.dependencies_resolved follows task.created, at revision two. Outbox keys are taken in order.
   const resolvedEventId: string | null = v.resolves ? randomUUID() : null;

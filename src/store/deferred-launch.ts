@@ -9,7 +9,7 @@
  * One transaction. Locks, in order: workspace 1 (share), the creation
  * operation 4.2, task 5.2, identity 6, steps 7, then the session's rows
  * (session 9, runtime 10, task environment 11.1, resource markers 14).
- * Requires: the operation `completed`; a `deferred` plan with a deferred
+ * Requires: an active workspace; the operation `completed`; a `deferred` plan with a deferred
  * launch; the task `live`; its `task.dependencies_resolved` event committed.
  * Writes: a `session_prepare` step `succeeded` and a `launch_intent` step
  * `armed` — requests, request hashes and idempotency keys exactly those
@@ -35,11 +35,12 @@ export type PromotionResult = { promoted: boolean; sessionId: string } | { refus
 
 export async function promoteDeferredLaunch(db: Db, operationId: string, actor: string): Promise<PromotionResult> {
   return runTransaction(db, 'PromoteDeferredLaunch', async (tx) => {
-    const { op, plan } = await guardOperationLocked(
+    const { op, plan, workspaceState } = await guardOperationLocked(
       tx,
       { kind: 'operation', operationId, actor },
       { externalIdKey: false, steps: true },
     );
+    if (workspaceState !== 'active') return { refused: `workspace is ${workspaceState}` };
     if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` };
     const pair = promotedSteps(plan);
     if (pair.length === 0) return { refused: `start policy ${plan.start_policy} has no deferred launch` };

@@ -4,7 +4,8 @@
  * Claim — locks: workspace 1, (authority 1.5), operation 4.2, task 5.2,
  * identity 6, steps 7. Changes one step `planned|retry_wait -> running`,
  * generation + 1, attempt + 1, lease owner and expiry (database clock). Only
- * while the operation is `preparing`, no step failed permanently and no
+ * in an active workspace (`workspace_deleting` otherwise), while the
+ * operation is `preparing`, no step failed permanently and no
  * compensation is pending; a launch intent only when PreLaunchArmPredicate's
  * other steps hold. No event. Conflicts write nothing.
  */
@@ -36,7 +37,13 @@ export async function claimTaskCreationStep(
   leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<StepClaim> {
   return runTransaction(db, 'ClaimTaskCreationStep', async (tx) => {
-    const { op, plan } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
+    const { op, plan, workspaceState } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
+    if (workspaceState !== 'active') {
+      // The workspace deletion cascade transfers or aborts what exists; no new effect starts.
+      throw new ConflictError('workspace_deleting', 'the workspace is being deleted; no step starts', {
+        operation_id: op.id,
+      });
+    }
     if (op.state !== 'preparing') {
       throw new ConflictError(
         'creation_state_conflict',

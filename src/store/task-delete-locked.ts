@@ -9,7 +9,9 @@
  * identity 6 (FOR UPDATE), and the operation's steps 7. The task is
  * `completed` and not deleted.
  *
- * `deleteTaskLocked` writes, in tier order:
+ * `deleteTaskLocked` writes, in tier order (`deleteTaskEffectsLocked`, then
+ * `tombstoneTaskLocked`; workspace deletion runs Complete's finalizer
+ * between the two for a creation it finishes):
  * - cleanup jobs 8.1 (new rows, ascending ID): one per effect still in the
  *   world — each succeeded step's effect, and the agent of a dispatch that
  *   may have started one (`launch_dispatch`) — with the complete canonical
@@ -136,12 +138,13 @@ export function cancelledIntentEvidence(step: StepRow): StepEvidence {
   };
 }
 
-export async function deleteTaskLocked(
+/** Cleanup jobs 8.1, fenced dispatch claims 8.2, cancelled intents 7 (held), the task's environments 11.1. */
+export async function deleteTaskEffectsLocked(
   tx: Tx,
   input: Omit<DeletionInput, 'dispatches' | 'reason'>,
   ctx: DeletionContext,
-): Promise<TaskDeletionOutcome> {
-  const { op, task } = input;
+): Promise<Omit<TaskDeletionOutcome, 'revision' | 'eventId'>> {
+  const { op } = input;
   const dispatches = (
     await tx.rows<DispatchRowForDeletion>(
       `SELECT ${DISPATCH_COLUMNS} FROM task_launch_dispatch_claims WHERE creation_operation_id = ? ORDER BY id`,
@@ -200,9 +203,16 @@ export async function deleteTaskLocked(
   for (const e of envs) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', e.id);
   if (envs.length > 0) await tx.exec("DELETE FROM task_environments WHERE task_id = ? AND kind = 'task'", [op.task_id]);
   await tx.exec('DELETE FROM task_repositories WHERE task_id = ?', [op.task_id]);
+  return { cleanupJobIds: jobs.map((j) => j.id), cancelledLaunches, transferredLaunches };
+}
 
-  const revision = task.revision + 1;
-  const eventId = randomUUID();
+/** The tombstone (task 5.2 and identity 6, held), revision `revision` and its `task.deleted` event 16. */
+export async function tombstoneTaskLocked(
+  tx: Tx,
+  input: { op: OperationRow; task: TaskLockRow; revision: number; eventId: string },
+  ctx: Pick<DeletionContext, 'deletionId' | 'reason'>,
+): Promise<void> {
+  const { op, task, revision, eventId } = input;
   await tx.exec(
     `UPDATE tasks SET lifecycle_state = 'deleted', revision = ?, lifecycle_generation = lifecycle_generation + 1,
             external_id = NULL, external_id_settled_at = NULL, wip_admitted = ?, admitted_at = NULL,
@@ -235,11 +245,16 @@ export async function deleteTaskLocked(
      VALUES (?, ?, ?, ?, 'task.deleted', ?, ?, ?, ${tx.now})`,
     [eventId, op.workspace_id, op.task_id, revision, ctx.deletionId, canonicalJson(payload), payloadHash(payload)],
   );
-  return {
-    revision,
-    eventId,
-    cleanupJobIds: jobs.map((j) => j.id),
-    cancelledLaunches,
-    transferredLaunches,
-  };
+}
+
+export async function deleteTaskLocked(
+  tx: Tx,
+  input: Omit<DeletionInput, 'dispatches' | 'reason'>,
+  ctx: DeletionContext,
+): Promise<TaskDeletionOutcome> {
+  const effects = await deleteTaskEffectsLocked(tx, input, ctx);
+  const revision = input.task.revision + 1;
+  const eventId = randomUUID();
+  await tombstoneTaskLocked(tx, { op: input.op, task: input.task, revision, eventId }, ctx);
+  return { ...effects, revision, eventId };
 }
