@@ -34,6 +34,16 @@ export const DRIFT_CODES = [
   'effect',
   /** A completed creation whose steps are not all done (non-launch `succeeded`, launch intent `armed`/`cancelled`). */
   'step_state',
+  /** A step with a WIP limit holds more admitted tasks than its limit. */
+  'wip_slots',
+  /** A queued task that holds a slot, waits for another step, is deleted or has nothing to launch; or a lost promotion. */
+  'wip_queue',
+  /** More than one session, dispatch claim or runtime for one accepted create. */
+  'launch_count',
+  /** A deleted task without exactly one task.created and one task.deleted, or still holding its ID or a slot. */
+  'task_deleted',
+  /** A workspace deletion whose workspace, tasks, creations or launches are not in its state's shape. */
+  'workspace_deletion',
 ] as const;
 
 export type DriftCode = (typeof DRIFT_CODES)[number];

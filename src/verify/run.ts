@@ -5,7 +5,9 @@
  * `observe` is false), and report progress after each page. Read-only:
  * snapshots for the ledger, the kinds' `observe` for the world. Pages start
  * from operations; a last pass (verify/orphans.ts) finds the events,
- * dispatch claims and cleanup jobs whose operation row is missing.
+ * dispatch claims and cleanup jobs whose operation row is missing, and a
+ * lifecycle pass (verify/lifecycle.ts) checks WIP slots and queues, launch
+ * counts, deleted tasks and workspace deletions.
  */
 import type { Db } from '../db/tx';
 import type { StepHandlers } from '../steps';
@@ -14,6 +16,7 @@ import { checkOperation } from './checks';
 import type { Drift, VerifyCounts, VerifyReport } from './drift';
 import { readLedgerPage } from './ledger-page';
 import { observeOperation } from './observe';
+import { checkLifecycle } from './lifecycle';
 import { findOrphans } from './orphans';
 
 /** Why 10,000: orphans mean hand edits or a broken restore; beyond this many of one kind the count stops mattering. */
@@ -87,5 +90,6 @@ export async function verifyLedger(
     if (page.length < options.pageSize) break;
   }
   keep(await findOrphans(deps.db, { workspaceId: options.workspaceId, limit: ORPHANS_PER_KIND }));
+  keep(await checkLifecycle(deps.db, { workspaceId: options.workspaceId }));
   return { counts, drift_by_code: byCode, drift, more: total - drift.length, unobserved };
 }
