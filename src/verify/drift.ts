@@ -34,6 +34,12 @@ export const DRIFT_CODES = [
   'effect',
   /** A completed creation whose steps are not all done (non-launch `succeeded`, launch intent `armed`/`cancelled`). */
   'step_state',
+  /**
+   * An external-ID release and its creation disagree: `preparing-release` without its `running` release, a
+   * `running` release its creation is not in, a `completed` release whose task still has an external ID, or
+   * `release_applied` without a completed release of the preparing holder.
+   */
+  'external_id_release',
 ] as const;
 
 export type DriftCode = (typeof DRIFT_CODES)[number];
