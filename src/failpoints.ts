@@ -86,6 +86,14 @@ export const FAILPOINT_NAMES = [
    * rerun must finish it, with the counts unchanged.
    */
   'workspace_deletion_before_finish',
+  /**
+   * An external-ID release claimed its preparing holder (`preparing ->
+   * preparing-release`, release row `running`) but the apply has not run:
+   * the holder still has its ID and nothing may claim its steps, Complete or
+   * Abort it; the reaper's `retry_preparing_release` must apply that same
+   * release (context: `operationId`, `releaseId`).
+   */
+  'between_release_claim_and_apply',
 ] as const;
 export type FailpointName = (typeof FAILPOINT_NAMES)[number];
 

@@ -1,6 +1,7 @@
 /**
  * Read models for creation operations (plain autocommit reads): one
- * operation's full timeline, and a keyset-paginated list, newest first.
+ * operation's full timeline (with its external-ID release, if any), and a
+ * keyset-paginated list, newest first.
  * Stored documents are parsed for display only (never hashed here). The
  * completion token's hash is never selected, so it cannot leak.
  */
@@ -127,6 +128,14 @@ export async function readOperation(db: Db, operationId: string): Promise<Row | 
     `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY kind, step_key`,
     [operationId],
   );
+  // A task's ID is released at most once (nothing sets it again), so one release row at most; newest first regardless.
+  const releases = await readRows<Row>(
+    db,
+    `SELECT id, state, holder_state, requested_by, requested_at, completed_at FROM external_id_releases
+      WHERE creation_operation_id = ? ORDER BY requested_at DESC, id DESC`,
+    [operationId],
+  );
+  const rel = releases[0];
   return {
     id: op.id,
     workspace_id: op.workspace_id,
@@ -147,7 +156,15 @@ export async function readOperation(db: Db, operationId: string): Promise<Row | 
       lease_expires_at: op.recovery_lease_expires_at,
       actor_binding_hash: op.recovery_actor_binding_hash,
     },
+    // The recorded external-ID release of this creation's task (null fields when none), then the creation's own
+    // release columns: the claim fence (set when the release claimed a preparing creation) and `applied`.
     release: {
+      id: rel?.id ?? null,
+      state: rel?.state ?? null,
+      holder_state: rel?.holder_state ?? null,
+      requested_by: rel?.requested_by ?? null,
+      requested_at: rel?.requested_at ?? null,
+      completed_at: rel?.completed_at ?? null,
       operation_id: op.release_operation_id,
       generation: num(op.release_generation),
       applied: bool(op.release_applied),

@@ -4,7 +4,8 @@
  * creation operations. `--state` takes an operation state, or a step state
  * (e.g. `unknown`) to list operations that have a step in it. `show` prints
  * the timeline: steps with their claims, generations and evidence hashes,
- * recovery claim, cleanup jobs, launch dispatch claims and events. Reads only.
+ * recovery claim, external-ID release (when there is one), cleanup jobs,
+ * launch dispatch claims and events. Reads only.
  */
 import { parseArgs } from 'node:util';
 import { listOperations, readOperation } from '../api/operation-view';
@@ -155,6 +156,12 @@ async function show(args: string[]): Promise<number> {
     console.log(
       `recovery   ${str(recovery.action ?? '-')}   generation ${str(recovery.generation ?? 0)}   owner ${str(recovery.owner ?? '-')}   lease until ${time(recovery.lease_expires_at)}`,
     );
+    const release = (op.release ?? {}) as Row;
+    if (release.id != null || release.operation_id != null || release.applied === true) {
+      console.log(
+        `release    ${str(release.id)}   ${str(release.state)}   holder ${str(release.holder_state)}   by ${str(release.requested_by)}   requested ${time(release.requested_at)}   completed ${time(release.completed_at)}   generation ${str(release.generation)}   applied ${str(release.applied)}`,
+      );
+    }
     const steps = (op.steps as Row[]) ?? [];
     const rows = [
       ['KIND', 'KEY', 'STATE', 'GEN', 'TRY', 'LEASE OWNER', 'EVIDENCE', 'COMPENSATION', 'CLEANUP', 'ERROR'],

@@ -25,7 +25,7 @@ import {
   toDialectSql,
   uniqueViolationConstraint,
 } from './dialect';
-import { LockPlan, type Tier } from './lock-plan';
+import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
 
 export interface Db {
@@ -285,6 +285,17 @@ export class Tx {
   /** Records a row lock in the plan; the caller's SQL takes it (`FOR UPDATE` / `FOR SHARE`). */
   lockRow(tier: Tier, table: string, key: string): 'new' | 'held' {
     return this.locks.acquire(tier, `${table}:${key}`);
+  }
+
+  /**
+   * Records the lock of an operation row of any kind (creation operation,
+   * external-ID release, workspace deletion): they share tier 4 and sort by
+   * UUID alone, whatever their table (companion notes §1), so a transaction
+   * that holds two of them (a release and its holder's creation) must take
+   * them in ascending id order or the plan throws.
+   */
+  lockOperationRow(table: string, id: string): 'new' | 'held' {
+    return this.locks.acquire(TIER.OPERATION, `${id}:${table}`);
   }
 }
 

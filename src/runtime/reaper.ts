@@ -3,8 +3,9 @@
  * sleeping):
  * 1. expired leases become `unknown` (never `failed`);
  * 2. every operation that may need recovery (`findRecoveryCandidates`: an
- *    unknown step or compensation, a pending compensation, a permanently
- *    failed step, or a creation stalled for `quietMs`) gets
+ *    unfinished external-ID release, an unknown step or compensation, a
+ *    pending compensation, a permanently failed step, or a creation stalled
+ *    for `quietMs`) gets
  *    `recoverUntilSettled`: the one legal RecoveryAction under a recovery
  *    claim, again while an action makes progress (reconcile, compensate,
  *    resume, Complete, Abort; see `recover.ts`);

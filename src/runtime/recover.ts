@@ -19,9 +19,12 @@
  * - complete_preparing / complete_completing: CompleteTaskCreation as the
  *   operation's recovery actor (phase A then B, or phase B alone, or replay).
  * - abort_preparing: AbortTaskCreation, cause `step_failed_permanently`.
- * - dispatch actions and retry_preparing_release: nothing here (dispatch
- *   claims have their own pass, src/runtime/dispatch-recovery.ts; nothing
- *   enters `preparing-release`).
+ * - retry_preparing_release: the apply of the operation's own release
+ *   (`release_operation_id` at `release_generation`, store/release-apply.ts)
+ *   for a releaser that died after its claim; the creation is `preparing`
+ *   again afterwards (so the next round may resume or complete it).
+ * - dispatch actions: nothing here (dispatch claims have their own pass,
+ *   src/runtime/dispatch-recovery.ts).
  * - replay_terminal: never claimed (read-only).
  * A finished Complete or Abort is announced to waiting create requests.
  */
@@ -41,6 +44,7 @@ import { completeTaskCreation } from '../store/complete';
 import { claimTaskCreationRecovery, finishTaskCreationRecovery, type RecoveryClaim } from '../store/recovery';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import { resolveTaskCreationStep } from '../store/step-results';
+import { retryPreparingRelease } from './release-recovery';
 import { STEP_COLUMNS } from '../store/step-rows';
 import type { OperationAuthority, StepRow } from '../store/types';
 
@@ -219,13 +223,16 @@ async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryO
       await announceEnd(deps, claim, false);
       return true;
     }
+    case 'retry_preparing_release':
+      await retryPreparingRelease(deps.effects.db, deps.log, claim.operationId);
+      // The creation is `preparing` again (by this apply or the releaser's): the next round may resume or complete it.
+      return true;
     case 'reconcile_launch_dispatch':
     case 'retry_launch_dispatch':
     case 'transfer_launch_dispatch':
-    case 'retry_preparing_release':
       // Dispatch claims are recovered by the reaper's own pass (src/runtime/dispatch-recovery.ts, which observes
-      // with the launch workers' executor and re-chooses under lock); nothing enters preparing-release and
-      // workspace deletion (the transfer) is not built. Nothing to do under an operation claim.
+      // with the launch workers' executor and re-chooses under lock); workspace deletion (the transfer) is not
+      // built. Nothing to do under an operation claim.
       deps.log.warn({ operation_id: claim.operationId, action: claim.action }, 'not run under an operation claim');
       return false;
     case 'replay_terminal':

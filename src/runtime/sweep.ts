@@ -124,13 +124,15 @@ export interface RecoveryCandidateQuery {
 
 /**
  * Non-terminal operations without a live recovery claim that either need
- * recovery whatever their age — a step `unknown`, a compensation
- * `required|unknown` or due `retry_wait`, or a permanently failed step (unless
- * a compensation waits for its retry time) — or have stalled: neither the
- * operation nor any of its steps changed for `quietMs` (a live worker renews
- * its lease well within that), so a lost wake-up or an unfinished Complete is
- * picked up without racing the workers that drive healthy creations. Oldest
- * first, at most `limit`.
+ * recovery whatever their age — an unfinished external-ID release
+ * (`preparing-release`: its apply is idempotent, so racing a live releaser is
+ * harmless, and until it runs the creation can make no progress), a step
+ * `unknown`, a compensation `required|unknown` or due `retry_wait`, or a
+ * permanently failed step (unless a compensation waits for its retry time) —
+ * or have stalled: neither the operation nor any of its steps changed for
+ * `quietMs` (a live worker renews its lease well within that), so a lost
+ * wake-up or an unfinished Complete is picked up without racing the workers
+ * that drive healthy creations. Oldest first, at most `limit`.
  */
 export async function findRecoveryCandidates(db: Db, q: RecoveryCandidateQuery): Promise<string[]> {
   const pg = db.dialect === 'postgres';
@@ -147,7 +149,8 @@ export async function findRecoveryCandidates(db: Db, q: RecoveryCandidateQuery):
         ${q.exclude && q.exclude.length > 0 ? `AND o.id NOT IN (${q.exclude.map(() => '?').join(', ')})` : ''}
         AND (o.recovery_lease_expires_at IS NULL OR o.recovery_lease_expires_at <= ${now})
         AND (
-          EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND (
+          o.state = 'preparing-release'
+          OR EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND (
                     s.state = 'unknown' OR s.compensation_state IN ('required', 'unknown')
                     OR (s.compensation_state = 'retry_wait' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= ${now}))))
           OR (EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.state = 'failed')

@@ -1,7 +1,8 @@
 /**
  * Setup and operator writers shared by the REST API and the CLI demo. Each
  * public function owns exactly one transaction and does its I/O (Git checks,
- * file writes) outside it.
+ * file writes) outside it — except `releaseExternalId`, which runs the
+ * Store's two release transactions in order (claim, then apply).
  */
 export { createWorkspace, lockActiveWorkspaceLocked, type WorkspaceRow } from './workspaces';
 export { createRepository, checkLocalRepository, type RepositoryInput, type RepositoryRow } from './repositories';

@@ -2,88 +2,78 @@
  * Releasing an external ID (companion notes §2): an operator's action for an
  * identity a person judged abandoned. It clears `external_id` and
  * `external_id_settled_at` on the holder without touching anything else of
- * the task, so a new create with that ID makes a new task.
+ * the task, so a new create with that ID makes a new task. No task revision
+ * and no event.
  *
- * One transaction, in the global lock order: workspace (1, shared), the
- * holder's creation operation (4.2, FOR UPDATE), the external-ID key (5.1),
- * the task row (5.2, FOR UPDATE), and for a `preparing` holder its steps (7).
- * - holder `preparing`: allowed only when no step is `unknown|running` and no
- *   compensation is pending (the spec's release-claim predicate); also sets
- *   `release_applied = true`, so Complete reports `CreatedIdentityLost`.
- * - holder `completing` (Complete between its phases) or `preparing-release`:
- *   `creation_state_conflict`; retry once Complete has finished.
- * - holder `completed`: only the two columns change.
- * No task revision and no event are written. If the holder changed between
- * the unlocked read and the locks, the command restarts.
+ * A recorded operation (spec "Begin and visibility", `preparing-release`),
+ * run as the Store's two transactions:
+ * 1. `claimExternalIdRelease` (store/release-claim.ts) inserts the
+ *    `external_id_releases` row. A completed holder is released in that
+ *    same transaction. A preparing holder (no step unknown or running,
+ *    nothing to compensate) moves `preparing -> preparing-release` under the
+ *    release's id and a new release generation; a holder between Complete's
+ *    phases or already being released is `creation_state_conflict`.
+ * 2. failpoint `between_release_claim_and_apply`, then
+ *    `applyExternalIdRelease` (store/release-apply.ts): clears the ID, sets
+ *    `release_applied` (Complete then answers `CreatedIdentityLost`) and
+ *    returns the creation to `preparing`. If this process dies in between,
+ *    the reaper's `retry_preparing_release` applies the same release.
+ * If the holder changed between the claim's unlocked read and its locks, the
+ * claim restarts (at most MAX_HOLDER_CHANGES times).
+ *
+ * The creation's workers skip any wake-up that arrives while it is
+ * `preparing-release`; the reaper's sweep re-sends its wake-ups afterwards.
  */
-import { ConflictError, TaskLedgerError } from '../domain/errors';
-import { TIER } from '../db/lock-plan';
-import { runTransaction, type Db } from '../db/tx';
-import { externalIdKeyDigest } from '../store/lock-keys';
-import { COMPENSATION_PENDING, lockStepsLocked } from '../store/step-rows';
+import { TaskLedgerError } from '../domain/errors';
+import type { Db } from '../db/tx';
+import { failpoint } from '../failpoints';
+import { applyExternalIdRelease } from '../store/release-apply';
+import { claimExternalIdRelease } from '../store/release-claim';
 
 export type ReleaseResult =
-  { released: true; task_id: string; operation_id: string; release_applied: boolean } | { released: false };
-
-type Attempt = ReleaseResult | { moved: true };
+  | { released: true; release_id: string; task_id: string; operation_id: string; release_applied: boolean }
+  | { released: false };
 
 /** Why 5: the holder only moves when a concurrent release or create wins; twice in a row is already rare. */
 const MAX_HOLDER_CHANGES = 5;
 
-export async function releaseExternalId(db: Db, workspaceId: string, externalId: string): Promise<ReleaseResult> {
+export async function releaseExternalId(
+  db: Db,
+  workspaceId: string,
+  externalId: string,
+  requestedBy: string,
+): Promise<ReleaseResult> {
   for (let i = 0; i < MAX_HOLDER_CHANGES; i++) {
-    const res = await runTransaction<Attempt>(db, 'ReleaseExternalId', async (tx) => {
-      tx.lockRow(TIER.WORKSPACE, 'workspaces', workspaceId);
-      const ws = await tx.one(`SELECT id FROM workspaces WHERE id = ? ${tx.forShare}`, [workspaceId]);
-      if (!ws) return { released: false };
-      const peek = await tx.one<{ id: string; creation_operation_id: string }>(
-        'SELECT id, creation_operation_id FROM tasks WHERE workspace_id = ? AND external_id = ?',
-        [workspaceId, externalId],
-      );
-      if (!peek) return { released: false };
-      const opId = peek.creation_operation_id;
-      tx.lockRow(TIER.OPERATION, 'task_creation_operations', opId);
-      const op = await tx.one<{ state: string }>('SELECT state FROM task_creation_operations WHERE id = ? FOR UPDATE', [
-        opId,
-      ]);
-      await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(workspaceId, externalId));
-      tx.lockRow(TIER.TASK, 'tasks', peek.id);
-      const task = await tx.one<{ external_id: string | null; creation_operation_id: string }>(
-        'SELECT external_id, creation_operation_id FROM tasks WHERE id = ? FOR UPDATE',
-        [peek.id],
-      );
-      if (!task || task.external_id !== externalId || task.creation_operation_id !== opId) return { moved: true };
-      if (!op) throw new TaskLedgerError('not_found', `creation operation ${opId} of task ${peek.id} is missing`, {});
-      let releaseApplied = false;
-      if (op.state === 'preparing') {
-        const steps = await lockStepsLocked(tx, opId);
-        const busy = steps.find(
-          (s) => s.state === 'unknown' || s.state === 'running' || COMPENSATION_PENDING.has(s.compensation_state),
-        );
-        if (busy) {
-          throw new ConflictError(
-            'creation_state_conflict',
-            `step ${busy.kind}/${busy.step_key} is ${busy.state} (compensation ${busy.compensation_state}); release after it settles`,
-            { operation_id: opId, step_id: busy.id },
-          );
-        }
-        await tx.exec(
-          `UPDATE task_creation_operations SET release_applied = ?, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
-          [true, opId],
-        );
-        releaseApplied = true;
-      } else if (op.state !== 'completed') {
-        throw new ConflictError('creation_state_conflict', `the holder's creation is ${op.state}; retry shortly`, {
-          operation_id: opId,
+    const res = await claimExternalIdRelease(db, workspaceId, externalId, requestedBy);
+    switch (res.kind) {
+      case 'moved':
+        continue;
+      case 'none':
+        return { released: false };
+      case 'released':
+        return {
+          released: true,
+          release_id: res.releaseId,
+          task_id: res.taskId,
+          operation_id: res.operationId,
+          release_applied: false,
+        };
+      case 'claimed': {
+        const { claim } = res;
+        await failpoint('between_release_claim_and_apply', {
+          operationId: claim.operationId,
+          releaseId: claim.releaseId,
         });
+        await applyExternalIdRelease(db, claim);
+        return {
+          released: true,
+          release_id: claim.releaseId,
+          task_id: claim.taskId,
+          operation_id: claim.operationId,
+          release_applied: true,
+        };
       }
-      await tx.exec(
-        `UPDATE tasks SET external_id = NULL, external_id_settled_at = NULL, updated_at = ${tx.now} WHERE id = ?`,
-        [peek.id],
-      );
-      return { released: true, task_id: peek.id, operation_id: opId, release_applied: releaseApplied };
-    });
-    if (!('moved' in res)) return res;
+    }
   }
   throw new TaskLedgerError('retry_exhausted', 'the external ID kept changing holder during release', {});
 }

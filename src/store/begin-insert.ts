@@ -130,7 +130,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       }
 
       // Tier 4.2: the creation operation.
-      tx.lockRow(TIER.OPERATION, 'task_creation_operations', input.operationId);
+      tx.lockOperationRow('task_creation_operations', input.operationId);
       await insertRows(
         tx,
         'task_creation_operations',

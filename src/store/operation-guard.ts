@@ -37,6 +37,9 @@ export interface OperationRow {
   completion_token_sha256: string;
   start_policy: StartPolicy;
   generation: number;
+  /** The release that last claimed this creation (external_id_releases.id), and that claim's generation. */
+  release_operation_id: string | null;
+  release_generation: number;
   release_applied: boolean;
   result_outcome: string | null;
   result_revision: number | null;
@@ -62,13 +65,14 @@ export interface GuardOptions {
 
 /** Every operation column a guard or a reader (verify) needs. */
 export const OP_COLUMNS =
-  'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
+  'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_operation_id, release_generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
 
 /** Driver values to their types (MySQL booleans, bigint strings). */
 export function normalizeOp(row: OperationRow): OperationRow {
   return {
     ...row,
     generation: Number(row.generation),
+    release_generation: Number(row.release_generation),
     release_applied: bool(row.release_applied),
     result_revision: row.result_revision === null ? null : Number(row.result_revision),
   };
@@ -238,7 +242,7 @@ export async function guardOperationLocked(
   tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
   if (together) {
     if (options.admissionStepId !== undefined) tx.lockRow(TIER.WORKFLOW, 'workflow_steps', options.admissionStepId);
-    tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
+    tx.lockOperationRow('task_creation_operations', operationId);
   }
   const first = await tx.batchAhead(together ? [wsLock, ...stepLock, opLock] : [wsLock], together ? next : []);
   const ws = first[0]?.rows[0] as { state: string } | undefined;
@@ -262,7 +266,7 @@ export async function guardOperationLocked(
   if (together) {
     raw = first[stepLock.length + 1]?.rows[0] as OperationRow | undefined;
   } else {
-    tx.lockRow(TIER.OPERATION, 'task_creation_operations', operationId);
+    tx.lockOperationRow('task_creation_operations', operationId);
     const [opResult] = await tx.batchAhead([opLock], next);
     raw = opResult?.rows[0] as OperationRow | undefined;
   }

@@ -211,7 +211,7 @@ export async function finishTaskCreationRecovery(
 ): Promise<void> {
   checkOwner(claim.owner);
   await runTransaction(db, 'RecoverTaskCreation.Finish', async (tx) => {
-    tx.lockRow(TIER.OPERATION, 'task_creation_operations', claim.operationId);
+    tx.lockOperationRow('task_creation_operations', claim.operationId);
     const changed = await tx.exec(
       `UPDATE task_creation_operations SET recovery_owner = NULL, recovery_lease_expires_at = NULL, updated_at = ${tx.now}
         WHERE id = ? AND recovery_generation = ? AND recovery_owner = ?`,

@@ -6,9 +6,9 @@
  *
  * Locks, in global order: the workspace 1 FOR UPDATE (exclusive: no other
  * transaction of the workspace runs meanwhile, so the reads below are
- * exact); the creation's external-ID release 4 (when it is being released),
- * the deletion 4; the creation operation 4.2 (the guard re-derives its
- * bindings); the external-ID key 5.1, task 5.2, identity 6, steps 7; then
+ * exact); the deletion 4; the creation operation and, when it is being
+ * released, its release 4.2 (ascending ID; the guard re-derives the
+ * operation's bindings); the external-ID key 5.1, task 5.2, identity 6, steps 7; then
  * cleanup jobs 8.1, dispatch claims 8.2, environments 11.1 and the outbox 16
  * as each case needs. Per the creation's state:
  * - `completed` with a task not deleted: `deleteTaskLocked` — its effects to
@@ -179,22 +179,27 @@ async function cascadeOnceLocked(
   if ((await lockWorkspaceExclusiveLocked(tx, peek.workspace_id)) !== 'deleting') return 'none';
   const [operationId] = await pendingCreationsLocked(tx, peek.workspace_id, { after, limit: 1 });
   if (operationId === undefined) return 'none';
-  // A release in progress (preparing-release) ends with the creation: its row is locked first in tier 4.
+  const deletion = await lockDeletionLocked(tx, deletionId);
+  if (!deletion || deletion.state !== 'running') return 'none';
+  // A release in progress (preparing-release) ends with the creation: its row and the creation's are operation
+  // rows of tier 4.2, locked in ascending ID order (Tx.lockOperationRow).
   const release = await tx.one<{ release_operation_id: string | null }>(
     "SELECT release_operation_id FROM task_creation_operations WHERE id = ? AND state = 'preparing-release'",
     [operationId],
   );
-  if (release?.release_operation_id) {
-    tx.lockRow(TIER.LIFECYCLE_OPERATION, 'external_id_releases', release.release_operation_id);
-    await tx.rows('SELECT id FROM external_id_releases WHERE id = ? FOR UPDATE', [release.release_operation_id]);
-  }
-  const deletion = await lockDeletionLocked(tx, deletionId);
-  if (!deletion || deletion.state !== 'running') return 'none';
+  const releaseId = release?.release_operation_id ?? null;
+  const lockRelease = async () => {
+    tx.lockOperationRow('external_id_releases', releaseId!);
+    await tx.rows('SELECT id FROM external_id_releases WHERE id = ? FOR UPDATE', [releaseId]);
+  };
+  if (releaseId !== null && releaseId < operationId) await lockRelease();
   const g = await guardOperationLocked(
     tx,
     { kind: 'operation', operationId, actor: `workspace-deletion:${deletionId}` },
-    { externalIdKey: true, steps: true },
+    // The external-ID read goes ahead of the task chain only when no release row comes between them.
+    releaseId !== null && releaseId > operationId ? undefined : { externalIdKey: true, steps: true },
   );
+  if (releaseId !== null && releaseId > operationId) await lockRelease();
   const { task } = await lockTaskChainLocked(tx, g.op, { externalIdKey: true, steps: true });
   const steps = await lockStepsLocked(tx, g.op.id);
   const ctx: DeletionContext = { deletionId, reason: 'workspace_deleted', jobs, cancelArmedIntents: true };
@@ -215,11 +220,11 @@ async function cascadeOnceLocked(
   } else {
     if (inFlight(steps)) return { operationId, outcome: 'waiting' };
     await abortForDeletionLocked(tx, g, task, steps, ctx, counts);
-    if (release?.release_operation_id) {
+    if (releaseId !== null) {
       await tx.exec(
         `UPDATE external_id_releases SET state = 'completed', completed_at = ${tx.now}, updated_at = ${tx.now}
           WHERE id = ? AND state = 'running'`,
-        [release.release_operation_id],
+        [releaseId],
       );
     }
     outcome = 'aborted';

@@ -25,7 +25,8 @@
  *   aborted creation's steps all pass Abort's own rule (`abortBlocker`:
  *   nothing running or unknown, every effect compensated or transferred) and
  *   its task row is gone;
- * - cleanup jobs: each proof against its hash.
+ * - cleanup jobs: each proof against its hash;
+ * - external-ID releases against their creation (verify/release-checks.ts).
  */
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { cleanupProofHash, compensationProofHash, domainHash, evidenceHash, payloadHash } from '../canonical/hash';
@@ -38,6 +39,7 @@ import { verifyStoredBindings } from '../store/operation-guard';
 import { verifyStepRequest, verifyStepSet } from '../store/step-rows';
 import type { Drift, DriftCode } from './drift';
 import type { DispatchClaimRow, OperationRecord, VerifyStepRow } from './ledger-page';
+import { checkReleases } from './release-checks';
 
 type Emit = (code: DriftCode, subject: string, message: string) => void;
 
@@ -258,6 +260,7 @@ export function checkOperation(rec: OperationRecord): Drift[] {
   checkEvents(emit, rec);
   checkEndedSteps(emit, rec);
   for (const claim of rec.claims) checkClaim(emit, rec, claim);
+  checkReleases(emit, rec);
   for (const job of rec.cleanupJobs) {
     guard(emit, 'cleanup_proof', `cleanup job ${job.id}`, () => {
       if (cleanupProofHash(parseCanonical(job.proof_json)) !== job.proof_sha256) {

@@ -44,6 +44,12 @@ export const DRIFT_CODES = [
   'task_deleted',
   /** A workspace deletion whose workspace, tasks, creations or launches are not in its state's shape. */
   'workspace_deletion',
+  /**
+   * An external-ID release and its creation disagree: `preparing-release` without its `running` release, a
+   * `running` release its creation is not in, a `completed` release whose task still has an external ID, or
+   * `release_applied` without a completed release of the preparing holder.
+   */
+  'external_id_release',
 ] as const;
 
 export type DriftCode = (typeof DRIFT_CODES)[number];

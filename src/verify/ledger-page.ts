@@ -1,7 +1,7 @@
 /**
  * One page of the ledger for `taskledger verify`: up to `limit` creation
  * operations after a cursor (by id), with their steps, outbox events, launch
- * dispatch claims, cleanup jobs and task rows, all read from one snapshot
+ * dispatch claims, cleanup jobs, external-ID releases and task rows, all read from one snapshot
  * (db/snapshot.ts), so a fleet running meanwhile cannot make a half-written
  * creation look like drift.
  */
@@ -42,6 +42,15 @@ export interface DispatchClaimRow {
   created_at: Date;
 }
 
+/** An external-ID release of the operation's task (store/release-claim.ts). */
+export interface ReleaseRow {
+  id: string;
+  creation_operation_id: string;
+  task_id: string;
+  holder_state: string;
+  state: string;
+}
+
 export interface CleanupJobRow {
   id: string;
   operation_id: string;
@@ -59,6 +68,7 @@ export interface OperationRecord {
   task: {
     creation_state: string;
     lifecycle_state: string;
+    external_id: string | null;
     awaits_blockers: boolean;
     blockers: (string | null)[];
   } | null;
@@ -66,6 +76,7 @@ export interface OperationRecord {
   events: EventRow[];
   claims: DispatchClaimRow[];
   cleanupJobs: CleanupJobRow[];
+  releases: ReleaseRow[];
 }
 
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
@@ -83,7 +94,7 @@ function byOperation<T>(rows: T[], key: (row: T) => string): Map<string, T[]> {
 
 async function readChildren(read: SnapshotReader, ids: string[], taskIds: string[]) {
   const inOps = placeholders(ids.length);
-  const [steps, events, claims, cleanupJobs, tasks, blockers] = [
+  const [steps, events, claims, cleanupJobs, tasks, blockers, releases] = [
     await read<VerifyStepRow>(
       `SELECT ${STEP_COLUMNS}, compensation_evidence_json, compensation_evidence_sha256
          FROM task_creation_steps WHERE operation_id IN (${inOps}) ORDER BY id`,
@@ -105,8 +116,14 @@ async function readChildren(read: SnapshotReader, ids: string[], taskIds: string
         WHERE operation_id IN (${inOps}) ORDER BY id`,
       ids,
     ),
-    await read<{ id: string; creation_state: string; lifecycle_state: string; awaits_blockers: unknown }>(
-      `SELECT id, creation_state, lifecycle_state, awaits_blockers FROM tasks WHERE id IN (${placeholders(taskIds.length)})`,
+    await read<{
+      id: string;
+      creation_state: string;
+      lifecycle_state: string;
+      external_id: string | null;
+      awaits_blockers: unknown;
+    }>(
+      `SELECT id, creation_state, lifecycle_state, external_id, awaits_blockers FROM tasks WHERE id IN (${placeholders(taskIds.length)})`,
       taskIds,
     ),
     await read<{ task_id: string; lifecycle_state: string | null }>(
@@ -114,8 +131,13 @@ async function readChildren(read: SnapshotReader, ids: string[], taskIds: string
         WHERE b.task_id IN (${placeholders(taskIds.length)}) ORDER BY b.task_id, b.blocker_task_id`,
       taskIds,
     ),
+    await read<ReleaseRow>(
+      `SELECT id, creation_operation_id, task_id, holder_state, state FROM external_id_releases
+        WHERE creation_operation_id IN (${inOps}) ORDER BY id`,
+      ids,
+    ),
   ];
-  return { steps, events, claims, cleanupJobs, tasks, blockers };
+  return { steps, events, claims, cleanupJobs, tasks, blockers, releases };
 }
 
 /** The page after `cursor` (exclusive), in id order; empty when there is none. */
@@ -154,6 +176,7 @@ export async function readLedgerPage(
     );
     const claims = byOperation(c.claims, (x) => x.creation_operation_id);
     const jobs = byOperation(c.cleanupJobs, (j) => j.operation_id);
+    const releases = byOperation(c.releases, (r) => r.creation_operation_id);
     const blockersOf = byOperation(c.blockers, (b) => b.task_id);
     const tasks = new Map(
       c.tasks.map((t) => [
@@ -161,6 +184,7 @@ export async function readLedgerPage(
         {
           creation_state: t.creation_state,
           lifecycle_state: t.lifecycle_state,
+          external_id: t.external_id,
           awaits_blockers: bool(t.awaits_blockers),
           blockers: (blockersOf.get(t.id) ?? []).map((b) => b.lifecycle_state),
         },
@@ -173,6 +197,7 @@ export async function readLedgerPage(
       events: events.get(op.id) ?? [],
       claims: claims.get(op.id) ?? [],
       cleanupJobs: jobs.get(op.id) ?? [],
+      releases: releases.get(op.id) ?? [],
     }));
   });
 }

@@ -4,10 +4,15 @@
  * members), release then lookup 404 and a new create making a new task, and
  * the effects on the holder's operation (release_applied -> Complete reports
  * CreatedIdentityLost; a completed holder only loses the two columns; a
- * running step makes the release wait with 409).
+ * running step, a creation between Complete's phases or one already being
+ * released makes the release wait with 409), and the recorded release as
+ * `GET /creation-operations/:id` shows it.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { bool } from '../../src/db/tx';
+import { armFailpoint, disarmAll } from '../../src/failpoints';
+import { silentLogger } from '../../src/log';
+import { retryPreparingRelease } from '../../src/runtime/release-recovery';
 import { completeTaskCreation } from '../../src/store/complete';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { sql, useTestDb } from '../support/db';
@@ -17,6 +22,7 @@ import { call, useTestApi } from './helpers';
 
 const t = useTestDb();
 const api = useTestApi(t);
+afterEach(() => disarmAll());
 
 const lookupUrl = (ws: string, id: string) =>
   `/api/v1/workspaces/${ws}/tasks/by-external-id?external_id=${encodeURIComponent(id)}`;
@@ -188,5 +194,74 @@ describe('release', () => {
     expect(refused.status).toBe(409);
     expect(refused.body.error).toBe('creation_state_conflict');
     expect(await snapshot(t.db, res.operationId, res.task.id)).toBe(before);
+  });
+
+  it("409 for a holder between Complete's phases and for one already being released; nothing changes", async () => {
+    const ws = await seedWorkspace(t.db);
+    const completing = await begin(t.db, ws, { external_id: 'busy-2' });
+    const auth = { kind: 'handle' as const, handle: completing.handle! };
+    await driveAllSteps(t.db, auth, completing.operationId, ws.dataDir);
+    armFailpoint('between_complete_phase_a_and_b', { kind: 'throw' }, { times: 1 });
+    await expect(completeTaskCreation(t.db, auth)).rejects.toThrow(/failpoint/);
+    const releasing = await begin(t.db, ws, { external_id: 'busy-3' });
+    armFailpoint('between_release_claim_and_apply', { kind: 'throw' }, { times: 1 });
+    expect((await call(api.app, 'DELETE', lookupUrl(ws.workspaceId, 'busy-3'), { token: api.adminToken })).status).toBe(
+      500,
+    );
+    for (const [res, id] of [
+      [completing, 'busy-2'],
+      [releasing, 'busy-3'],
+    ] as const) {
+      const before = await snapshot(t.db, res.operationId, res.task.id);
+      const refused = await call(api.app, 'DELETE', lookupUrl(ws.workspaceId, id), { token: api.adminToken });
+      expect(refused.status, id).toBe(409);
+      expect(refused.body.error).toBe('creation_state_conflict');
+      expect(await snapshot(t.db, res.operationId, res.task.id)).toBe(before);
+    }
+  });
+
+  it('the release is a record: running while its holder is preparing-release (and still found), completed after', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { external_id: 'shown-1' });
+    const url = lookupUrl(ws.workspaceId, 'shown-1');
+    const opUrl = `/api/v1/creation-operations/${res.operationId}`;
+    const none = await call(api.app, 'GET', opUrl, { token: ws.token });
+    expect(none.body.release).toMatchObject({
+      id: null,
+      state: null,
+      operation_id: null,
+      generation: 0,
+      applied: false,
+    });
+
+    armFailpoint('between_release_claim_and_apply', { kind: 'throw' }, { times: 1 });
+    expect((await call(api.app, 'DELETE', url, { token: api.adminToken })).status).toBe(500);
+    const claimed = await call(api.app, 'GET', opUrl, { token: ws.token });
+    expect(claimed.body.state).toBe('preparing-release');
+    const releaseId = claimed.body.release.id as string;
+    expect(claimed.body.release).toMatchObject({
+      id: releaseId,
+      state: 'running',
+      holder_state: 'preparing',
+      requested_by: 'admin',
+      completed_at: null,
+      operation_id: releaseId,
+      generation: 1,
+      applied: false,
+    });
+    expect(claimed.body.release.requested_at).toEqual(expect.any(String));
+    // Until the apply commits the holder keeps its ID: the lookup finds it, unsettled.
+    const found = await call(api.app, 'GET', url, { token: ws.token });
+    expect(found.status).toBe(200);
+    expect(found.body).toMatchObject({ creation_complete: false, task: { id: res.task.id } });
+
+    // The reaper's action is the Store's apply of that same release (test/runtime/release-recovery.test.ts).
+    await retryPreparingRelease(t.db, silentLogger(), res.operationId);
+    const done = await call(api.app, 'GET', opUrl, { token: ws.token });
+    expect(done.body.state).toBe('preparing');
+    expect(done.body.release).toMatchObject({ id: releaseId, state: 'completed', generation: 1, applied: true });
+    expect(done.body.release.completed_at).toEqual(expect.any(String));
+    expect((await call(api.app, 'GET', url, { token: ws.token })).status).toBe(404);
+    expect((await call(api.app, 'DELETE', url, { token: api.adminToken })).status).toBe(404);
   });
 });

@@ -4,8 +4,10 @@
  * reads TASKLEDGER_DB_URL, the project's test database). Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { opsCommand } from '../../src/cli/ops';
+import { armFailpoint, disarmAll } from '../../src/failpoints';
+import { releaseExternalId } from '../../src/setup/release-external-id';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { failTaskCreationStep } from '../../src/store/step-results';
 import { captureConsole } from '../support/console';
@@ -16,6 +18,7 @@ import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
 const cons = captureConsole();
+afterEach(() => disarmAll());
 
 describe('taskledger ops', () => {
   it('lists operations with an unknown step and shows their timeline', async () => {
@@ -71,6 +74,32 @@ describe('taskledger ops', () => {
     expect(text).toMatch(/recovery\s+retry_compensation\s+generation 3\s+owner reaper:x/);
     expect(text).toMatch(
       new RegExp(`${jobId}\\s+fresh_branch_prepare\\s+worktree_touched\\s+unknown\\s+0\\s+b{12}\\s+marker_mismatch`),
+    );
+  });
+
+  it('lists a preparing-release operation and shows its release', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { external_id: 'ops-release' });
+    expect(await opsCommand(['show', res.operationId])).toBe(0);
+    expect(cons.text()).not.toContain('release ');
+    armFailpoint('between_release_claim_and_apply', { kind: 'throw' }, { times: 1 });
+    await expect(releaseExternalId(t.db, ws.workspaceId, 'ops-release', 'operator-7')).rejects.toThrow(/failpoint/);
+    const [rel] = await sql<{ id: string }>(
+      t.db,
+      'SELECT id FROM external_id_releases WHERE creation_operation_id = ?',
+      [res.operationId],
+    );
+
+    cons.clear();
+    expect(await opsCommand(['list', '--state', 'preparing-release', '--workspace', ws.workspaceId])).toBe(0);
+    expect(cons.text()).toMatch(new RegExp(`${res.operationId}\\s+preparing-release`));
+    cons.clear();
+    expect(await opsCommand(['show', res.operationId])).toBe(0);
+    expect(cons.text()).toContain(`operation  ${res.operationId}  preparing-release`);
+    expect(cons.text()).toMatch(
+      new RegExp(
+        `release\\s+${rel!.id}\\s+running\\s+holder preparing\\s+by operator-7\\s+requested \\S+\\s+completed -\\s+generation 1\\s+applied false`,
+      ),
     );
   });
 

@@ -85,6 +85,7 @@ export async function snapshot(db: Db, operationId: string, taskId: string): Pro
     sql(db, 'SELECT * FROM task_revisions WHERE task_id = ?', [taskId]),
     sql(db, 'SELECT * FROM event_outbox WHERE task_id = ?', [taskId]),
     sql(db, 'SELECT * FROM task_resource_cleanup_jobs WHERE operation_id = ?', [operationId]),
+    sql(db, 'SELECT * FROM external_id_releases WHERE creation_operation_id = ? ORDER BY id', [operationId]),
   ]);
   return JSON.stringify(parts);
 }

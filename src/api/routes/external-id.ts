@@ -8,8 +8,12 @@
  *   workspace is authorized, so an outsider learns nothing.
  * DELETE (same path)   release: operator only (403 otherwise, before any
  *   read; the notes make it an operator's judgement that an identity was
- *   abandoned). 204 released, 404 none holds it, 400 malformed, 409 while the
- *   holder's creation is mid-step or mid-Complete (`src/setup/release-external-id.ts`).
+ *   abandoned). A recorded release operation (`external_id_releases`, shown
+ *   in `GET /creation-operations/:id` as `release`; src/setup/release-external-id.ts).
+ *   204 with an empty body once the ID is released, 404 none holds it, 400
+ *   malformed, 409 `creation_state_conflict` while the holder's creation is
+ *   busy: a step running or unknown, compensation pending, between Complete's
+ *   phases, or another release of it in progress.
  */
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify';
 import { ValidationError } from '../../domain/errors';
@@ -48,9 +52,9 @@ export function externalIdRoutes(deps: ApiDeps): FastifyPluginCallback {
     });
 
     app.delete<Route>(path, { onRequest: operatorOnly }, async (req, reply) => {
-      requireOperator(req);
+      const operator = requireOperator(req);
       const { workspaceId, externalId } = await authorizedLookup(db, req);
-      const res = await releaseExternalId(db, workspaceId, externalId);
+      const res = await releaseExternalId(db, workspaceId, externalId, operator.principal_id);
       if (!res.released) throw notFound('task');
       return reply.status(204).send();
     });
