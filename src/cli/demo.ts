@@ -8,7 +8,10 @@
  * 4. send N ordinary creations plus the fault scenarios over REST with the
  *    member token (src/demo/scenarios.ts), showing progress;
  * 5. wait (at most 30 s) for pending creations, event delivery and launches,
- *    then print the summary (src/demo/summary.ts).
+ *    then print the summary (src/demo/summary.ts);
+ * 6. unless --keep-running, the task lifecycle tour in a second workspace
+ *    (src/demo/lifecycle.ts): the WIP gate queueing and promoting, a move, a
+ *    deletion, and the workspace's deletion with what its cascade did.
  * Then it stops, or with --keep-running serves the API and dashboard until
  * Ctrl-C.
  *
@@ -25,6 +28,7 @@ import { configFromEnv, type AppConfig } from '../app/config';
 import { ensureDatabase } from '../db/admin';
 import { runBatch, requestCount, CONCURRENCY } from '../demo/batch';
 import { readSteps, waitForSettled } from '../demo/ledger';
+import { lifecycleTour } from '../demo/lifecycle';
 import { Progress } from '../demo/progress';
 import { armFaults, planBatch, PR_MISSING, PR_TRANSIENT } from '../demo/scenarios';
 import { AGENT_COMMAND, createDemoWorkspace } from '../demo/setup';
@@ -232,7 +236,7 @@ async function runDemo(
   sweepScope.workspaceId = ws.id;
   console.log(
     `workspace: ${ws.name} (${ws.id}): Git repositories ${ws.app.name} and ${ws.service.name} under ${config.dataDir}/demo-repos, ` +
-      `workflow todo/doing/done, agent profile running ${JSON.stringify(AGENT_COMMAND.join(' '))}, GitHub and GitLab connections, group, shared environment, member token` +
+      `workflow todo/doing (WIP 1)/done, agent profile running ${JSON.stringify(AGENT_COMMAND.join(' '))}, GitHub and GitLab connections, group, shared environment, member token` +
       (ws.operatorToken ? ', operator token' : ''),
   );
   armFaults(provider);
@@ -268,7 +272,33 @@ async function runDemo(
     waitedMs: settled.waitedMs,
     keepRunning: options.keepRunning,
   });
-  for (const line of summary.lines) console.log(line);
+  // The summary ends with its result; without --keep-running the lifecycle tour comes first, then one result.
+  const resultAt = summary.lines.findIndex((l) => l.startsWith('result: '));
+  const head = options.keepRunning || resultAt < 0 ? summary.lines : summary.lines.slice(0, resultAt);
+  for (const line of head) console.log(line);
+  const failures = [...summary.failures];
+  if (!options.keepRunning) {
+    // The second act deletes a workspace of its own; with --keep-running the first one stays to explore instead.
+    try {
+      const tour = await lifecycleTour({
+        db: fleet.db,
+        dataDir: config.dataDir,
+        provider,
+        apiBase,
+        operatorToken: config.adminToken ?? ws.operatorToken,
+        adminTokenConfigured: config.adminToken !== null,
+      });
+      for (const line of tour.lines) console.log(line);
+      failures.push(...tour.failures);
+    } catch (err) {
+      failures.push(`the task lifecycle tour failed: ${describe(err)}`);
+    }
+    const verdict = summary.lines[resultAt] ?? 'result: OK';
+    console.log('');
+    if (failures.length === 0) console.log(`${verdict}; the task lifecycle tour held`);
+    else console.log(summary.failures.length > 0 ? verdict : 'result: FAILED (the task lifecycle tour)');
+    for (const f of failures) console.log(`  - ${f}`);
+  }
 
   if (options.keepRunning) {
     console.log('\nserving until Ctrl-C ...');
@@ -278,5 +308,5 @@ async function runDemo(
     });
     console.log('stopping');
   }
-  return summary.failures.length === 0 ? EXIT.OK : EXIT.FAILED;
+  return failures.length === 0 ? EXIT.OK : EXIT.FAILED;
 }

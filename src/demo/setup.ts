@@ -105,7 +105,8 @@ export async function createDemoWorkspace(input: DemoSetupInput): Promise<DemoWo
 
   const workflow = await createWorkflow(db, ws.id, {
     name: 'default',
-    steps: [{ name: 'todo' }, { name: 'doing' }, { name: 'done' }],
+    // `doing` admits one running agent at a time (the WIP gate at launch); the batch's tasks land in `todo`.
+    steps: [{ name: 'todo' }, { name: 'doing', wip_limit: 1 }, { name: 'done' }],
   });
   const profile = await createAgentProfile(db, ws.id, {
     name: 'echo-agent',

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll } from 'vitest';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { createDataSource } from '../../src/db/data-source';
-import { toDialectSql } from '../../src/db/dialect';
+import { isRetryableError, toDialectSql } from '../../src/db/dialect';
 import type { Db, SqlParam } from '../../src/db/tx';
 
 /** Opens one DataSource for the calling test file and closes it afterwards. */
@@ -23,10 +23,21 @@ export function useTestDb(poolSize = 6): { readonly db: Db } {
   return holder;
 }
 
-/** Runs one statement outside any Store transaction (test setup and inspection). */
+/**
+ * Runs one statement outside any Store transaction (test setup and inspection). A statement of its own
+ * (autocommit) that loses a deadlock to another test file's transaction on the shared database (InnoDB's
+ * next-key locks under the pool's default REPEATABLE READ) is simply run again: it changed nothing.
+ */
 export async function sql<T = Record<string, unknown>>(db: Db, text: string, params: SqlParam[] = []): Promise<T[]> {
-  const res = await db.ds.query(toDialectSql(db.dialect, text), params);
-  return (Array.isArray(res) && db.dialect === 'postgres' && Array.isArray(res[0]) ? res[0] : res) as T[];
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const res = await db.ds.query(toDialectSql(db.dialect, text), params);
+      return (Array.isArray(res) && db.dialect === 'postgres' && Array.isArray(res[0]) ? res[0] : res) as T[];
+    } catch (err) {
+      if (attempt >= 5 || !isRetryableError(err)) throw err;
+      await new Promise((r) => setTimeout(r, 20 * attempt));
+    }
+  }
 }
 
 export async function count(db: Db, table: string, where = '1 = 1', params: SqlParam[] = []): Promise<number> {
