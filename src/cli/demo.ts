@@ -287,6 +287,8 @@ async function runDemo(
         apiBase,
         operatorToken: config.adminToken ?? ws.operatorToken,
         adminTokenConfigured: config.adminToken !== null,
+        // The first workspace has settled: from here the fleet's sweeps serve the tour's.
+        sweep: (id) => (sweepScope.workspaceId = id),
       });
       for (const line of tour.lines) console.log(line);
       failures.push(...tour.failures);

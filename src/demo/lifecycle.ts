@@ -43,6 +43,8 @@ export interface LifecycleInput {
   /** The operator token (the configured admin token, or one the demo issued). */
   operatorToken: string | null;
   adminTokenConfigured: boolean;
+  /** Scopes the fleet's reaper and cleanup sweeps to the tour's workspace (the demo's fleet sweeps one at a time). */
+  sweep(workspaceId: string): void;
 }
 
 type Json = Record<string, unknown>;
@@ -68,6 +70,7 @@ export async function lifecycleTour(input: LifecycleInput): Promise<{ lines: str
     pullRequests: [],
     mergeRequests: [],
   });
+  input.sweep(ws.id);
   const opToken = input.operatorToken ?? ws.operatorToken;
   const profile = await createAgentProfile(input.db, ws.id, {
     name: 'long-agent',

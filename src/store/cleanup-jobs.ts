@@ -8,7 +8,8 @@
  * ascending, FOR UPDATE) and any extra row it reads (shared).
  *
  * - Due: `pending`; `retry_wait` whose `next_attempt_at` passed; `running`
- *   whose lease expired (a worker died mid-job: every job re-observes the
+ *   whose lease expired; agent stops (`launch_dispatch`) first, since a
+ *   deleted task's worktree and session jobs wait for them (a worker died mid-job: every job re-observes the
  *   world from its proof before acting, so taking it over is safe).
  * - Claim: due -> `running`, generation + 1, attempt + 1, lease (database
  *   clock). A job that is not due (anymore) returns null, zero writes.
@@ -67,7 +68,7 @@ export async function findDueCleanupJobs(
     db,
     `SELECT id FROM task_resource_cleanup_jobs WHERE ${dueSql(db.dialect)}
        ${options.workspaceId === undefined ? '' : 'AND workspace_id = ?'}
-     ORDER BY created_at, id LIMIT ${limit}`,
+     ORDER BY CASE WHEN kind = 'launch_dispatch' THEN 0 ELSE 1 END, created_at, id LIMIT ${limit}`,
     options.workspaceId === undefined ? [] : [options.workspaceId],
   );
   return rows.map((r) => r.id);

@@ -123,7 +123,7 @@ describe(`taskledger demo (${dialect})`, () => {
     ])
       expect(run.stdout).toMatch(new RegExp(`^${stage}`, 'm'));
     expect(run.stdout).toMatch(/stands in for GitHub .* and GitLab /);
-    expect(run.stdout).toMatch(/^result: OK/m);
+    expect(run.stdout).toMatch(/^result: OK, every ordinary creation completed .*; the task lifecycle tour held$/m);
 
     // 6 ordinary creations (5 + the deferred one), 4 webhook deliveries, 4 fault requests.
     const answered = [
@@ -165,6 +165,27 @@ describe(`taskledger demo (${dialect})`, () => {
     expect(run.stdout).toMatch(/^ {2}dashboard +http:\/\/127\.0\.0\.1:\d+\/admin\/queues\?token=/m);
     expect(run.stdout).toMatch(/creation-operations\?workspace_id=[0-9a-f-]{36}/);
     expect(run.stdout).toContain('taskledger start');
+  });
+
+  it("ran the task lifecycle tour: WIP queueing and promotion, a deletion, the workspace's deletion", async () => {
+    expect(run.stdout).toMatch(
+      /^ {2}WIP gate +3 tasks with agents into "doing" \(WIP limit 1\): 1 started, 2 queued$/m,
+    );
+    expect(run.stdout).toMatch(
+      /^ {2}move +PATCH the running task to "done": 200, promoted 1 queued task, its agent started$/m,
+    );
+    expect(run.stdout).toMatch(
+      /^ {2}delete +DELETE that task: 202 \(\d+ cleanup jobs\), promoted 1; GET it now: 404$/m,
+    );
+    const ws =
+      /^ {2}workspace +DELETE \/workspaces\/([0-9a-f-]{36}): 202, deletion [0-9a-f-]{36} completed; deleted tasks 2,/m.exec(
+        run.stdout,
+      );
+    expect(ws, run.stdout).not.toBeNull();
+    expect(run.stdout).toMatch(/^ {2}left behind +agents running 0, worktrees on disk 0, task branches 0$/m);
+    expect(await count(t.db, 'workspaces', "id = ? AND state = 'deleted'", [ws![1]!])).toBe(1);
+    expect(await count(t.db, 'tasks', "workspace_id = ? AND lifecycle_state <> 'deleted'", [ws![1]!])).toBe(0);
+    expect(await count(t.db, 'event_outbox', "workspace_id = ? AND type = 'task.deleted'", [ws![1]!])).toBe(3);
   });
 
   it('left the workspace in the ledger with exactly one task.created per completed task', async () => {
