@@ -12,7 +12,8 @@
  * 3. launch dispatch claims (`recoverLaunchDispatches`, when the reaper has
  *    the launch workers' executor): expired claims become `unknown` and are
  *    reconciled from runtime proof or retried from no-dispatch proof;
- * 4. every workspace deletion still `running` gets a cascade pass;
+ * 4. every workspace deletion still `running` gets a cascade pass, and every
+ *    delivered deferred start that was never promoted is promoted again;
  * 5. every non-terminal operation gets its due wake-ups again, so flushing
  *    Redis loses nothing.
  * A bounded batch per pass; the next sweep continues.
@@ -23,6 +24,7 @@ import type { Executor } from '../launch/executor';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import { recoverLaunchDispatches, type DispatchRecoveryReport } from './dispatch-recovery';
 import { recoverUntilSettled, type RecoverDeps, type RecoveryOutcome } from './recover';
+import { retryUnpromotedStarts } from './deferred-retry';
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { findRunningWorkspaceDeletions } from '../store/workspace-deletion';
@@ -62,6 +64,8 @@ export interface SweepReport {
   recoveryBackedOff: number;
   /** Launch dispatch recovery; null when the reaper has no executor. */
   dispatch: DispatchRecoveryReport | null;
+  /** Delivered deferred starts that were never promoted: promoted now, or refused again (runtime/deferred-retry.ts). */
+  deferred: { promoted: number; refused: number };
   /** Workspace deletion cascades run by this sweep, and how many of them finished. */
   deletions: { running: number; finished: number };
   wakeups: number;
@@ -93,6 +97,7 @@ export function emptySweepReport(): SweepReport {
     recoveryErrors: 0,
     recoveryBackedOff: 0,
     dispatch: null,
+    deferred: { promoted: 0, refused: 0 },
     deletions: { running: 0, finished: 0 },
     wakeups: 0,
   };
@@ -135,6 +140,14 @@ const STUCK_BACKOFF_MS = 5 * 60_000;
 const MAX_BACKOFFS = 1000;
 /** Per reaper (by its deps): operation id -> time (ms) until which it is left out. */
 const backoffs = new WeakMap<ReaperDeps, Map<string, number>>();
+/** Per reaper: deferred starts whose promotion was refused, left alone for a while. */
+const deferredBackoffs = new WeakMap<ReaperDeps, Map<string, number>>();
+
+function deferredBackoffOf(deps: ReaperDeps): Map<string, number> {
+  let m = deferredBackoffs.get(deps);
+  if (!m) deferredBackoffs.set(deps, (m = new Map()));
+  return m;
+}
 
 function backoffOf(deps: ReaperDeps): Map<string, number> {
   let m = backoffs.get(deps);
@@ -221,9 +234,20 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     });
   }
   report.deletions = await runPendingDeletions(deps);
+  // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window.
+  const full = !launchScanned.has(deps);
+  report.deferred = await retryUnpromotedStarts(
+    {
+      db: deps.effects.db,
+      queues: deps.queues,
+      log: deps.log,
+      actor: deps.actor,
+      workspaceId: deps.workspaceId,
+      backoff: deferredBackoffOf(deps),
+    },
+    full ? null : LAUNCH_WINDOW_MS,
+  );
   if (deps.queues) {
-    // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window.
-    const full = !launchScanned.has(deps);
     const w = await sweepWakeups(deps.effects.db, deps.queues, {
       workspaceId: deps.workspaceId,
       launchWindowMs: full ? null : LAUNCH_WINDOW_MS,

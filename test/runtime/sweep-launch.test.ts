@@ -13,7 +13,11 @@ import { Worker } from 'bullmq';
 import { launchJobId, LAUNCH_QUEUE, stepJobId, stepQueueName } from '../../queues/names';
 import { QueueSet } from '../../src/coordinator/queues';
 import { createRedis } from '../../src/runtime/redis';
+import { retryUnpromotedStarts } from '../../src/runtime/deferred-retry';
 import { sweepWakeups } from '../../src/runtime/sweep';
+import { silentLogger } from '../../src/log';
+import { claimLaunchDispatch } from '../../src/store/launch-dispatch';
+import { moveTask } from '../../src/store/task-move';
 import { completeTaskCreation } from '../../src/store/complete';
 import { promoteDeferredLaunch } from '../../src/store/deferred-launch';
 import { markTaskDone } from '../../src/store/task-done';
@@ -107,6 +111,106 @@ describe('a stranded deferred launch', () => {
     expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId })).launches).toBe(1);
     const job = await queues.get(LAUNCH_QUEUE).getJob(launchJobId(res.operationId, promotion.sessionId));
     expect(job?.data).toEqual({ operationId: res.operationId, taskId: res.task.id, sessionId: promotion.sessionId });
+  });
+});
+
+describe('a WIP admission whose launch wake-up was lost', () => {
+  it('a queued task is never woken; once a freed slot admits it, the windowed sweep wakes it once', async () => {
+    const ws = await seedWorkspace(t.db);
+    await sql(t.db, 'UPDATE workflow_steps SET wip_limit = 1 WHERE id = ?', [ws.stepIds[1]!]);
+    const make = async (title: string) => {
+      const r = await begin(t.db, ws, {
+        title,
+        start_agent: true,
+        agent_profile_id: ws.agentProfileId,
+        workflow_step_id: ws.stepIds[1],
+      });
+      const auth: OperationAuthority = { kind: 'handle', handle: r.handle! };
+      await driveAllSteps(t.db, auth, r.operationId, ws.dataDir);
+      await completeTaskCreation(t.db, auth);
+      await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE operation_id = ?', [r.operationId]);
+      const sessionId = (await stepRows(t.db, r.operationId)).find((x) => x.kind === 'launch_intent')!.step_key;
+      return { r, sessionId, job: { operationId: r.operationId, taskId: r.task.id, sessionId } };
+    };
+    const a = await make('a');
+    const b = await make('b');
+    const claim = (x: typeof a) =>
+      claimLaunchDispatch(t.db, { operationId: x.r.operationId, sessionId: x.sessionId }, 'w', 60_000);
+    expect('dispatchId' in (await claim(a))).toBe(true);
+    expect(await claim(b)).toEqual({ queued: ws.stepIds[1] });
+    await queues.get(LAUNCH_QUEUE).obliterate({ force: true });
+    // Queued: its event was delivered and it has no claim, yet nothing is woken for it.
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId, launchWindowMs: 60_000 })).launches).toBe(
+      0,
+    );
+    // a moves out; b is admitted in the same transaction; the process dies before waking b's launch.
+    expect((await moveTask(t.db, a.r.task.id, ws.stepIds[0]!)).admitted).toEqual([b.r.task.id]);
+    // b's task.created was delivered two hours ago: only its recent admission finds it.
+    const old = t.db.dialect === 'postgres' ? "now() - interval '2 hours'" : 'NOW(3) - INTERVAL 2 HOUR';
+    await sql(t.db, `UPDATE event_outbox SET delivered_at = ${old} WHERE operation_id = ?`, [b.r.operationId]);
+    expect((await sweepWakeups(t.db, queues, { workspaceId: ws.workspaceId, launchWindowMs: 60_000 })).launches).toBe(
+      1,
+    );
+    const job = await queues.get(LAUNCH_QUEUE).getJob(launchJobId(b.r.operationId, b.sessionId));
+    expect(job?.data).toEqual(b.job);
+  });
+});
+
+describe('a delivered deferred start that was never promoted', () => {
+  it('is promoted by the sweep and its launch woken; a start the ledger refuses waits, backed off', async () => {
+    const ws = await seedWorkspace(t.db);
+    const blocker = await begin(t.db, ws, { title: 'blocker' });
+    const blockerAuth: OperationAuthority = { kind: 'handle', handle: blocker.handle! };
+    await driveAllSteps(t.db, blockerAuth, blocker.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, blockerAuth);
+    const res = await begin(t.db, ws, {
+      blocked_by: [blocker.task.id],
+      start_agent: true,
+      agent_profile_id: ws.agentProfileId,
+    });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, auth);
+    await markTaskDone(t.db, blocker.task.id);
+    // The dispatcher marked the resolution delivered, and its promotion never committed.
+    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [res.task.id]);
+    const deps = {
+      db: t.db,
+      queues,
+      log: silentLogger(),
+      actor: 'reaper',
+      workspaceId: ws.workspaceId,
+      backoff: new Map(),
+    };
+    expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 1, refused: 0 });
+    const sessionId = (await stepRows(t.db, res.operationId)).find((x) => x.kind === 'launch_intent')!.step_key;
+    expect((await queues.get(LAUNCH_QUEUE).getJob(launchJobId(res.operationId, sessionId)))?.data).toMatchObject({
+      operationId: res.operationId,
+      sessionId,
+    });
+    expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 0 });
+
+    // A second one whose operation row no longer proves its plan (a tampered manifest hash): refused, then left alone.
+    const blocker2 = await begin(t.db, ws, { title: 'blocker 2' });
+    const blocker2Auth: OperationAuthority = { kind: 'handle', handle: blocker2.handle! };
+    await driveAllSteps(t.db, blocker2Auth, blocker2.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, blocker2Auth);
+    const other = await begin(t.db, ws, {
+      blocked_by: [blocker2.task.id],
+      start_agent: true,
+      agent_profile_id: ws.agentProfileId,
+    });
+    const otherAuth: OperationAuthority = { kind: 'handle', handle: other.handle! };
+    await driveAllSteps(t.db, otherAuth, other.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, otherAuth);
+    await markTaskDone(t.db, blocker2.task.id);
+    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [other.task.id]);
+    await sql(t.db, 'UPDATE task_creation_operations SET manifest_hash = ? WHERE id = ?', [
+      'f'.repeat(64),
+      other.operationId,
+    ]);
+    expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 1 });
+    expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 0 });
   });
 });
 
