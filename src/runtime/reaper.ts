@@ -145,7 +145,7 @@ const deferredBackoffs = new WeakMap<ReaperDeps, Map<string, number>>();
 
 function deferredBackoffOf(deps: ReaperDeps): Map<string, number> {
   let m = deferredBackoffs.get(deps);
-  if (!m) deferredBackoffs.set(deps, (m = new Map()));
+  if (!m) deferredBackoffs.set(deps, (m = new Map<string, number>()));
   return m;
 }
 
