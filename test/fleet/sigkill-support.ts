@@ -86,6 +86,8 @@ export interface ChildOptions {
   leaseMs: number;
   sweepMs: number;
   failpoints?: string;
+  /** Default ROLES. */
+  roles?: string[];
 }
 
 /** Starts `taskledger start --roles steps,complete,outbox,launch,reaper` for this world. */
@@ -103,7 +105,7 @@ export function spawnWorker(w: CrashWorld, name: string, opts: ChildOptions): Be
   };
   delete env.TASKLEDGER_FAILPOINTS;
   if (opts.failpoints !== undefined) env.TASKLEDGER_FAILPOINTS = opts.failpoints;
-  const child = spawnRoleProcess(name, ROLES, env);
+  const child = spawnRoleProcess(name, opts.roles ?? ROLES, env);
   w.children.push(child);
   return child;
 }
