@@ -23,6 +23,7 @@ import {
   failLaunchDispatch,
   recordLaunchDispatch,
 } from '../store/launch-dispatch';
+import { isTaskLedgerError } from '../domain/errors';
 import { ExecutorError, type Executor } from './executor';
 
 export interface LaunchWorkerDeps {
@@ -118,7 +119,16 @@ export async function processLaunchJob(
         TASKLEDGER_OPERATION_ID: claim.operationId,
       },
     });
-    await recordLaunchDispatch(deps.db, claim, runtime);
+    try {
+      await recordLaunchDispatch(deps.db, claim, runtime);
+    } catch (err) {
+      // The task (or its workspace) was deleted while the agent started: the deletion fenced this claim and handed
+      // the agent to a cleanup job, which stops it once this claim's lease has run out. Nothing to record here.
+      if (!isTaskLedgerError(err) || !['creation_state_conflict', 'stale_claim'].includes(err.code)) throw err;
+      log.warn({ err: err.message }, 'the launch was fenced while the agent started; its cleanup job stops it');
+      deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'fenced' });
+      return 'skipped';
+    }
     deps.metrics?.launches.inc({ state: 'succeeded' });
     log.info({ pid: runtime.pid, started: runtime.started }, 'agent launched');
     return 'launched';
@@ -130,11 +140,18 @@ export async function processLaunchJob(
       deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'stale' });
       return 'skipped';
     }
-    const state = await failLaunchDispatch(deps.db, claim, {
-      class: cls,
-      code: cls === 'no_dispatch' ? 'spawn_refused' : 'start_ambiguous',
-      message: err.message,
-    });
+    let state: 'retry_wait' | 'unknown';
+    try {
+      state = await failLaunchDispatch(deps.db, claim, {
+        class: cls,
+        code: cls === 'no_dispatch' ? 'spawn_refused' : 'start_ambiguous',
+        message: err.message,
+      });
+    } catch (failErr) {
+      if (!isTaskLedgerError(failErr, 'stale_claim')) throw failErr;
+      log.warn({ err: err.message }, 'the launch failed and its claim was fenced meanwhile: nothing recorded');
+      return 'skipped';
+    }
     deps.metrics?.launches.inc({ state });
     log.warn({ err: err.message, state }, 'agent launch failed');
     return 'failed';

@@ -25,7 +25,7 @@ export async function lockActiveWorkspaceLocked(tx: Tx, workspaceId: string): Pr
     throw new TaskLedgerError('not_found', `workspace ${workspaceId} does not exist`, { workspace_id: workspaceId });
   }
   if (row.state !== 'active') {
-    throw new ConflictError('creation_state_conflict', `workspace ${workspaceId} is ${row.state}`, {
+    throw new ConflictError('workspace_deleting', `workspace ${workspaceId} is being deleted`, {
       workspace_id: workspaceId,
     });
   }

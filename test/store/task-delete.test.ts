@@ -8,12 +8,16 @@
  * dialects, real Git, a real agent process and the fake provider.
  */
 import { existsSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson, parseCanonical } from '../../src/canonical/canonical-json';
 import { runDueCleanupJobs } from '../../src/cleanup/worker';
 import { findDispatchProcesses } from '../../src/launch/dispatch-processes';
-import { LocalProcessExecutor } from '../../src/launch/executor';
+import { LocalProcessExecutor, type Executor } from '../../src/launch/executor';
+import { processLaunchJob } from '../../src/launch/launch-worker';
+import { armFailpoint, disarmFailpoint } from '../../src/failpoints';
+import { silentLogger } from '../../src/log';
 import { deletionJobBuilder } from '../../src/lifecycle/deletion-jobs';
 import { defaultStepHandlers } from '../../src/steps';
 import { completeTaskCreation } from '../../src/store/complete';
@@ -172,5 +176,101 @@ describe('DeleteTask', () => {
     await expectTyped(deleteTask(t.db, open.task.id, options(ws.dataDir)), 'creation_state_conflict');
     expect(await snapshot(t.db, open.operationId, open.task.id)).toBe(before);
     await expectTyped(deleteTask(t.db, '00000000-0000-4000-8000-000000000000', options(ws.dataDir)), 'not_found');
+  });
+});
+
+describe('DeleteTask racing a launch', () => {
+  async function queuedLaunch(title: string) {
+    const ws = await seeded(t.db, fake.server, ++pr);
+    await sql(t.db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [
+      canonicalJson({ kind: 'local', command: ['sleep', '120'] }),
+      ws.agentProfileId,
+    ]);
+    const res = await begin(t.db, ws, { title, start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, auth);
+    const [intent] = await sql<{ step_key: string }>(
+      t.db,
+      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
+      [res.operationId],
+    );
+    return { ws, res, job: { operationId: res.operationId, taskId: res.task.id, sessionId: intent!.step_key } };
+  }
+
+  it('a deletion between the claim and the start: the start is refused, no agent ever runs', async () => {
+    const { ws, res, job } = await queuedLaunch('deleted before its start');
+    armFailpoint(
+      'after_dispatch_claim_before_runtime_start',
+      { kind: 'call', fn: async () => void (await deleteTask(t.db, res.task.id, options(ws.dataDir))) },
+      { times: 1 },
+    );
+    try {
+      expect(await launchNow(t.db, ws.dataDir, job)).toBe('skipped');
+    } finally {
+      disarmFailpoint('after_dispatch_claim_before_runtime_start');
+    }
+    const [claim] = await sql<{ state: string; idempotency_key: string }>(
+      t.db,
+      'SELECT state, idempotency_key FROM task_launch_dispatch_claims WHERE task_id = ?',
+      [res.task.id],
+    );
+    expect(claim!.state).toBe('transferred');
+    expect(findDispatchProcesses(claim!.idempotency_key)).toEqual([]);
+    expect(await count(t.db, 'executors_running', 'task_id = ?', [res.task.id])).toBe(0);
+  });
+
+  it('a deletion after the start: the record is refused, and the cleanup job stops the agent once its lease ends', async () => {
+    const { ws, res, job } = await queuedLaunch('deleted while starting');
+    const local = new LocalProcessExecutor(join(ws.dataDir, 'runtime'));
+    const deletingAfterStart: Executor = {
+      kind: local.kind,
+      host: local.host,
+      observe: (ref) => local.observe(ref),
+      stop: (ref) => local.stop(ref),
+      start: async (req) => {
+        const started = await local.start(req);
+        await deleteTask(t.db, res.task.id, options(ws.dataDir));
+        return started;
+      },
+    };
+    const outcome = await processLaunchJob(
+      {
+        db: t.db,
+        executor: deletingAfterStart,
+        dataDir: ws.dataDir,
+        log: silentLogger(),
+        metrics: null,
+        workerId: `${hostname()}:1:race`,
+        leaseMs: 1500,
+      },
+      job,
+    );
+    expect(outcome).toBe('skipped');
+    const [claim] = await sql<{ state: string; idempotency_key: string }>(
+      t.db,
+      'SELECT state, idempotency_key FROM task_launch_dispatch_claims WHERE task_id = ?',
+      [res.task.id],
+    );
+    expect(claim!.state).toBe('transferred');
+    expect(findDispatchProcesses(claim!.idempotency_key)).toHaveLength(1);
+    const deps = { ...realDeps(t.db, ws.dataDir), executor: local };
+    await runDueCleanupJobs(deps, 'cleaner', { workspaceId: ws.workspaceId });
+    const [stop] = await sql<{ state: string; error_code: string | null }>(
+      t.db,
+      "SELECT state, error_code FROM task_resource_cleanup_jobs WHERE task_id = ? AND kind = 'launch_dispatch'",
+      [res.task.id],
+    );
+    // The agent is stopped at once; the job ends only once the fenced claim's lease has run out.
+    expect(stop).toMatchObject({ state: 'retry_wait', error_code: 'claim_lease_live' });
+    expect(findDispatchProcesses(claim!.idempotency_key)).toEqual([]);
+    await new Promise((r) => setTimeout(r, 1600));
+    await sql(t.db, 'UPDATE task_resource_cleanup_jobs SET next_attempt_at = NULL WHERE task_id = ?', [res.task.id]);
+    await runDueCleanupJobs(deps, 'cleaner', { workspaceId: ws.workspaceId });
+    expect(
+      await count(t.db, 'task_resource_cleanup_jobs', "task_id = ? AND kind = 'launch_dispatch' AND state = 'done'", [
+        res.task.id,
+      ]),
+    ).toBe(1);
   });
 });
