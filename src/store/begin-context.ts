@@ -47,12 +47,15 @@ async function resolveWorkflow(db: Db, req: CreateTaskRequest): Promise<PlanCont
 
 async function resolveParent(db: Db, req: CreateTaskRequest): Promise<PlanContext['parent']> {
   if (req.parent_id === null) return null;
-  const rows = await readRows<{ id: string }>(
+  const rows = await readRows<{ id: string; creation_state: string }>(
     db,
-    "SELECT id FROM tasks WHERE id = ? AND workspace_id = ? AND lifecycle_state <> 'deleted'",
+    "SELECT id, creation_state FROM tasks WHERE id = ? AND workspace_id = ? AND lifecycle_state <> 'deleted'",
     [req.parent_id, req.workspace_id],
   );
-  if (!rows[0]) throw new ValidationError('/parent_id', 'unknown parent task in this workspace');
+  // Only a settled task is a parent: one still being created may yet abort, and its child would dangle.
+  if (!rows[0] || rows[0].creation_state !== 'completed') {
+    throw new ValidationError('/parent_id', 'unknown parent task in this workspace (or one still being created)');
+  }
   const group = await readRows<{ group_id: string }>(
     db,
     'SELECT group_id FROM workspace_group_members WHERE task_id = ? ORDER BY group_id',
@@ -70,12 +73,16 @@ async function resolveBlockers(db: Db, req: CreateTaskRequest): Promise<void> {
   if (req.blocked_by.length === 0) return;
   const rows = await readRows<{ id: string }>(
     db,
-    `SELECT id FROM tasks WHERE workspace_id = ? AND lifecycle_state <> 'deleted' AND id IN (${placeholders(req.blocked_by.length)})`,
+    `SELECT id FROM tasks WHERE workspace_id = ? AND lifecycle_state <> 'deleted' AND creation_state = 'completed'
+        AND id IN (${placeholders(req.blocked_by.length)})`,
     [req.workspace_id, ...req.blocked_by],
   );
   const found = new Set(rows.map((r) => r.id));
   req.blocked_by.forEach((id, i) => {
-    if (!found.has(id)) throw new ValidationError(`/blocked_by/${i}`, `unknown task ${id} in this workspace`);
+    // Only a settled task blocks: one still being created may yet abort, and a start waiting on it would never start.
+    if (!found.has(id)) {
+      throw new ValidationError(`/blocked_by/${i}`, `unknown task ${id} in this workspace (or one still being created)`);
+    }
   });
 }
 

@@ -71,11 +71,17 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> 
       continue;
     }
     tx.lockRow(TIER.TASK, 'tasks', id);
-    const row = await tx.one<{ lifecycle_state: string; workspace_id: string }>(
-      `SELECT lifecycle_state, workspace_id FROM tasks WHERE id = ? ${tx.forShare}`,
+    const row = await tx.one<{ lifecycle_state: string; workspace_id: string; creation_state: string }>(
+      `SELECT lifecycle_state, workspace_id, creation_state FROM tasks WHERE id = ? ${tx.forShare}`,
       [id],
     );
-    if (!row || row.workspace_id !== plan.workspace_id || row.lifecycle_state === 'deleted') {
+    // Parents and blockers must be settled (created, not deleted) under their lock: an unsettled one may abort.
+    if (
+      !row ||
+      row.workspace_id !== plan.workspace_id ||
+      row.lifecycle_state === 'deleted' ||
+      row.creation_state !== 'completed'
+    ) {
       const field = id === plan.parent_id ? '/parent_id' : '/blocked_by';
       throw new TaskLedgerError('invalid_request', `${field}: task ${id} no longer exists in this workspace`, {
         field,

@@ -186,26 +186,39 @@ describe('create', () => {
     expect(anon.body).toEqual({ error: 'unauthorized' });
   });
 
-  it('GET /tasks/:id shows placement, blockers, session and launch; 404 outside the workspace', async () => {
+  it('GET /tasks/:id shows placement, blockers, session and launch; 404 while being created and outside the workspace', async () => {
     const ws = await seedWorkspace(t.db);
     const other = await seedWorkspace(t.db);
     const blocker = await call(api.app, 'POST', '/api/v1/tasks', {
       token: ws.token,
       body: { workspace_id: ws.workspaceId, title: 'blocker' },
     });
+    // This API runs no workers: the blocker stays preparing, and an unsettled task cannot block (400).
+    const early = await call(api.app, 'POST', '/api/v1/tasks', {
+      token: ws.token,
+      body: { workspace_id: ws.workspaceId, title: 'blocked', blocked_by: [blocker.body.task.id] },
+    });
+    expect(early).toMatchObject({ status: 400, body: { detail: { field: '/blocked_by/0' } } });
+    expect(
+      (await http(api, 'GET', `/api/v1/tasks/${blocker.body.task.id as string}`, { token: ws.token })).status,
+    ).toBe(404);
+    // Settled by hand (no workers here), it blocks; the blocked task is only readable once it is created too.
+    await sql(t.db, "UPDATE tasks SET creation_state = 'completed' WHERE id = ?", [blocker.body.task.id as string]);
     const res = await call(api.app, 'POST', '/api/v1/tasks', {
       token: ws.token,
       body: { workspace_id: ws.workspaceId, title: 'blocked', blocked_by: [blocker.body.task.id] },
     });
     expect(res.status).toBe(202);
     const id = res.body.task.id as string;
+    expect((await http(api, 'GET', `/api/v1/tasks/${id}`, { token: ws.token })).status).toBe(404);
+    await sql(t.db, "UPDATE tasks SET creation_state = 'completed' WHERE id = ?", [id]);
     const got = await http(api, 'GET', `/api/v1/tasks/${id}`, { token: ws.token });
     expect(got.status).toBe(200);
     expect(got.body.task).toMatchObject({
       id,
       workspace_id: ws.workspaceId,
-      creation_state: 'preparing',
-      creation_complete: false,
+      creation_state: 'completed',
+      creation_complete: true,
       workflow_step_id: ws.stepIds[0],
       wip_admitted: false,
       queued_for_step_id: null,

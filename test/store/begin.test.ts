@@ -292,3 +292,21 @@ describe('bad input', () => {
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
   });
 });
+
+describe('parents and blockers must be settled', () => {
+  it('a task still being created is neither a parent nor a blocker (nothing written); once created it is', async () => {
+    const ws = await seedWorkspace(t.db);
+    const open = await begin(t.db, ws, { title: 'not created yet' });
+    for (const [body, field] of [
+      [{ blocked_by: [open.task.id] }, '/blocked_by/0'],
+      [{ parent_id: open.task.id }, '/parent_id'],
+    ] as const) {
+      await expect(begin(t.db, ws, body)).rejects.toMatchObject({ code: 'invalid_request', field });
+    }
+    expect(await count(t.db, 'task_creation_operations', 'workspace_id = ?', [ws.workspaceId])).toBe(1);
+    await driveAllSteps(t.db, { kind: 'handle', handle: open.handle! }, open.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, { kind: 'handle', handle: open.handle! });
+    expect((await begin(t.db, ws, { blocked_by: [open.task.id] })).outcome).toBe('Created');
+    expect((await begin(t.db, ws, { parent_id: open.task.id })).outcome).toBe('Created');
+  });
+});

@@ -12,7 +12,8 @@
  *   `wait_ms` is 0..120000 (default 15000).
  * GET /tasks/:id  the task with creation state, placement (step, WIP slot or
  *   queue place), blockers (all, and those not yet done), session and launch
- *   state; 404 when absent, deleted, outside the caller's workspace, or in a
+ *   state; 404 when absent, still being created (only the external-ID lookup
+ *   shows an unsettled task), deleted, outside the caller's workspace, or in a
  *   workspace being deleted.
  * POST /tasks/:id/done  marks a created task done (`src/store/task-done.ts`):
  *   200 {task, already_done, dependencies_resolved: [task ids it unblocked],
@@ -102,8 +103,10 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
     app.get<{ Params: { id: string } }>('/tasks/:id', async (req) => {
       await authorizeTask(db, req);
       const task = await readTaskDetail(db, req.params.id);
-      // A deleted task is gone for ordinary reads; its task.deleted event stays in the workspace's feed.
-      if (!task || task.lifecycle_state === 'deleted') throw notFound('task');
+      // A deleted task is gone for ordinary reads; its task.deleted event stays in the workspace's feed. A task
+      // still being created is visible only to the exact external-ID lookup (spec: "Only exact external-ID lookup
+      // may expose preparing|completing"); its creation operation is readable at GET /creation-operations/:id.
+      if (!task || task.lifecycle_state === 'deleted' || !task.creation_complete) throw notFound('task');
       return { task };
     });
 
