@@ -37,7 +37,7 @@ import { validateCreationPlan } from '../canonical/validate';
 import { ValidationError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { contributionKey, validatedRequestDocument, type CreateTaskRequest } from './create-request';
-import { freshBranchName, pathSha256, worktreePath, worktreeSegments } from './fresh-branch';
+import { freshBranchName, pathSha256, worktreeRelativePath, worktreeSegments } from './fresh-branch';
 import { planDatabaseRows } from './plan-rows';
 import type { AgentProfileInfo, BuiltPlan, PlanContext, PlannedRows, RepositoryInfo } from './plan-types';
 import { sessionLaunchSteps } from './session-launch';
@@ -172,7 +172,7 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
         task_environment_id: taskEnvironmentId as string,
         task_environment_repo_id: envRepoId,
         resource_key: `worktree:${envRepoId}`,
-        canonical_path_sha256: pathSha256(worktreePath(ctx.dataDir, workspaceId, taskId, segment)),
+        canonical_path_sha256: pathSha256(worktreeRelativePath(workspaceId, taskId, r.info.id)),
         branch: freshBranchName(taskId, segment, fresh.length),
         base_commit: r.info.base_commit,
       }),

@@ -15,9 +15,20 @@
  * - `freshBranchName(taskId, segment, freshCount)`: `taskledger/<task_id>` when
  *   the task has exactly one fresh-branch repository, else
  *   `taskledger/<task_id>/<segment>`.
- * - `worktreePath(dataDir, workspaceId, taskId, segment)`:
- *   `path.join(dataDir, 'worktrees', workspace_id, task_id, segment)` (no
- *   trailing slash); `dataDir` must be absolute.
+ * - `worktreeRelativePath(workspaceId, taskId, repositoryId)`:
+ *   `worktrees/<workspace_id>/<task_id>/<repository_id>` — the worktree's
+ *   place under TASKLEDGER_DATA_DIR, from immutable IDs only, so the binding
+ *   (`canonical_path_sha256`, its `pathSha256`) depends neither on a worker's
+ *   configured data directory nor on a repository name an admin may change.
+ *   The worktree lives at `path.join(dataDir, relative)`.
+ * - `worktreePathMatches(path, req)`: an absolute worktree path is the one a
+ *   request binds: its last four segments are the relative path whose hash is
+ *   `canonical_path_sha256`, or (a plan written before this scheme) the whole
+ *   path hashes to it.
+ * - `worktreePath(dataDir, workspaceId, taskId, segment)`: the earlier
+ *   scheme, `path.join(dataDir, 'worktrees', workspace_id, task_id,
+ *   segment)` with a sanitized repository name, kept to find the worktrees of
+ *   plans written before; `dataDir` must be absolute.
  * - `pathSha256(p)`: lowercase hex SHA-256 of the path's UTF-8 bytes (plain,
  *   no domain: it is `canonical_path_sha256`, a fingerprint of the path itself).
  */
@@ -53,6 +64,21 @@ export function freshBranchName(taskId: string, segment: string, freshCount: num
 export function worktreePath(dataDir: string, workspaceId: string, taskId: string, segment: string): string {
   if (!path.isAbsolute(dataDir)) throw new Error(`plan context dataDir must be absolute (got "${dataDir}")`);
   return path.join(dataDir, 'worktrees', workspaceId, taskId, segment);
+}
+
+export function worktreeRelativePath(workspaceId: string, taskId: string, repositoryId: string): string {
+  return ['worktrees', workspaceId, taskId, repositoryId].join('/');
+}
+
+export function worktreePathMatches(
+  p: string,
+  req: { workspace_id: string; task_id: string; repository_id: string; canonical_path_sha256: string },
+): boolean {
+  const relative = worktreeRelativePath(req.workspace_id, req.task_id, req.repository_id);
+  const tail = p.split(path.sep).slice(-4).join('/');
+  return (
+    (tail === relative && pathSha256(relative) === req.canonical_path_sha256) || pathSha256(p) === req.canonical_path_sha256
+  );
 }
 
 export function pathSha256(p: string): string {

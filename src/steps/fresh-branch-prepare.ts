@@ -40,7 +40,7 @@ import { dirname, join } from 'node:path';
 import { canonicalJson } from '../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../canonical/types';
 import { readRows, type Db } from '../db/tx';
-import { pathSha256, sanitizeRepoName, worktreePath } from '../plan/fresh-branch';
+import { pathSha256, sanitizeRepoName, worktreePath, worktreeRelativePath } from '../plan/fresh-branch';
 import {
   freshBranchObservation,
   freshBranchRowSet,
@@ -79,8 +79,14 @@ async function repositoryOf(db: Db, req: Req): Promise<{ path: string; name: str
   return rows[0] ?? null;
 }
 
-/** The path the plan builder chose: the sanitized name, or name-<id> on a collision; proven by its hash. */
+/**
+ * The path the plan bound: `<dataDir>/worktrees/<workspace>/<task>/<repository_id>` (its relative part hashes
+ * to `canonical_path_sha256`); for a plan written before that scheme, the sanitized name, or name-<id> on a
+ * collision, under this worker's data directory (proven by the whole path's hash).
+ */
 export function plannedWorktreePath(dataDir: string, req: Req, repoName: string): string | null {
+  const relative = worktreeRelativePath(req.workspace_id, req.task_id, req.repository_id);
+  if (pathSha256(relative) === req.canonical_path_sha256) return join(dataDir, ...relative.split('/'));
   const segment = sanitizeRepoName(repoName);
   for (const s of [segment, `${segment}-${req.repository_id}`]) {
     const p = worktreePath(dataDir, req.workspace_id, req.task_id, s);

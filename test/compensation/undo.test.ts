@@ -11,7 +11,7 @@ import { runPendingCompensations } from '../../src/compensation/run';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../../src/storage/paths';
 import { abortTaskCreation } from '../../src/store/abort';
 import { count, sql, useTestDb } from '../support/db';
-import { expectTyped } from '../support/ledger';
+import { expectTyped, settledTask } from '../support/ledger';
 import { git, sha256 } from '../steps/support';
 import { compensation, failedCreation, recovery, seeded, useFakeProvider } from './support';
 
@@ -46,9 +46,9 @@ async function compensateAndAbort(c: Awaited<ReturnType<typeof failedCreation>>,
 describe('compensation undoes each kind, then Abort succeeds', () => {
   it('workspace_attachment: the member, blocker and binding rows are deleted', async () => {
     const ws = await seeded(t.db, fake.server, ++pr);
-    const blocker = await failedCreation(t.db, ws, [], 'attachment_claim', pr);
+    const blocker = await settledTask(t.db, ws, { title: 'blocker' });
     const c = await failedCreation(t.db, ws, ['workspace_attachment'], 'attachment_claim', pr, {
-      blocked_by: [blocker.taskId],
+      blocked_by: [blocker.task.id],
     });
     expect(await count(t.db, 'workspace_group_members', 'task_id = ?', [c.taskId])).toBe(1);
     expect(await count(t.db, 'task_blockers', 'task_id = ?', [c.taskId])).toBe(1);

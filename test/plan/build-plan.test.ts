@@ -273,7 +273,8 @@ describe('buildCreationPlan: attachments, repositories, contributions', () => {
     // Env-repo IDs are drawn in request order: REPO_B → ID(2), REPO_A → ID(3).
     expect(steps.map((s) => s.step_key)).toEqual([ID(2), ID(3)]);
     const [b, a] = steps.map((s) => s.request);
-    const path = (seg: string): string => `/var/lib/taskledger/worktrees/${WS}/${TASK}/${seg}`;
+    // The binding is the worktree's place under the data directory, from IDs only (no data dir, no repository name).
+    const path = (repo: string): string => `worktrees/${WS}/${TASK}/${repo}`;
     const sha = (p: string): string => createHash('sha256').update(p, 'utf8').digest('hex');
     expect(b).toEqual({
       task_id: TASK,
@@ -282,14 +283,14 @@ describe('buildCreationPlan: attachments, repositories, contributions', () => {
       task_environment_id: envId,
       task_environment_repo_id: ID(2),
       resource_key: `worktree:${ID(2)}`,
-      canonical_path_sha256: sha(path('back-end')),
+      canonical_path_sha256: sha(path(REPO_B)),
       branch: `taskledger/${TASK}/back-end`,
       base_commit: 'b'.repeat(40),
     });
     expect(a).toMatchObject({
       repository_id: REPO_A,
       branch: `taskledger/${TASK}/frontend`,
-      canonical_path_sha256: sha(path('frontend')),
+      canonical_path_sha256: sha(path(REPO_A)),
     });
     expect(built.rows.task_repositories).toEqual([
       {
@@ -313,8 +314,14 @@ describe('buildCreationPlan: attachments, repositories, contributions', () => {
     const r = only(built.plan, 'fresh_branch_prepare').request;
     expect(r.branch).toBe(`taskledger/${TASK}`);
     expect(r.canonical_path_sha256).toBe(
-      createHash('sha256').update(`/data/worktrees/${WS}/${TASK}/frontend`).digest('hex'),
+      createHash('sha256').update(`worktrees/${WS}/${TASK}/${REPO_A}`).digest('hex'),
     );
+    // Neither the data directory nor the repository's name is bound: an admin may change either.
+    const elsewhere = build(
+      { repositories: [{ repository_id: REPO_A }, { repository_id: REPO_B, fresh_branch: false }] },
+      { dataDir: '/srv/elsewhere' },
+    );
+    expect(only(elsewhere.plan, 'fresh_branch_prepare').request.canonical_path_sha256).toBe(r.canonical_path_sha256);
   });
 
   it('plans no environment for repositories used in place', () => {
@@ -519,7 +526,6 @@ describe('buildCreationPlan: the whole plan', () => {
       ],
       ['task id', { task_id: uuid('b', 9) }, { taskId: uuid('b', 9) }],
       ['workflow', {}, { workflow: null }],
-      ['data dir', {}, { dataDir: '/srv/taskledger' }],
       [
         'base commit',
         {},
@@ -567,7 +573,6 @@ describe('buildCreationPlan: the whole plan', () => {
     expect(() => build({ start_agent: true, agent_profile_id: PROFILE }, { newId: () => 'X' })).toThrow(
       /lowercase UUID/,
     );
-    expect(() => build({ repositories: [{ repository_id: REPO_A }] }, { dataDir: 'relative/dir' })).toThrow(/absolute/);
   });
 });
 

@@ -13,8 +13,12 @@ import { describe, expect, it } from 'vitest';
 import { rowHash } from '../../src/canonical/hash';
 import type { FreshBranchPrepareRequest } from '../../src/canonical/types';
 import { validateStepEvidence } from '../../src/canonical/validate';
-import { worktreePath } from '../../src/plan/fresh-branch';
-import { freshBranchPrepareHandler, markerFileText, WORKTREE_MARKER_FILE } from '../../src/steps/fresh-branch-prepare';
+import {
+  freshBranchPrepareHandler,
+  markerFileText,
+  plannedWorktreePath,
+  WORKTREE_MARKER_FILE,
+} from '../../src/steps/fresh-branch-prepare';
 import { freshBranchObservation, persistWorktreeMarker } from '../../src/store/effects/fresh-branch';
 import { resourceMarkerSha256 } from '../../src/store/effects/recording';
 import { environmentRepoDoc } from '../../src/store/effects/row-documents';
@@ -40,7 +44,7 @@ async function setup(repo: Record<string, unknown> = {}) {
   const c = await createTask(t.db, ws, { repositories: [{ repository_id: ws.repositoryId, ...repo }] });
   const claim = await claimKind(t.db, c.auth, c.operationId, 'fresh_branch_prepare');
   const req = claim.request as FreshBranchPrepareRequest;
-  const path = worktreePath(ws.dataDir, ws.workspaceId, c.taskId, 'app');
+  const path = join(ws.dataDir, 'worktrees', ws.workspaceId, c.taskId, ws.repositoryId);
   const owner = { operation_id: c.operationId, step_id: claim.stepId };
   const worktrees = () => git(ws.repoPath, 'worktree', 'list', '--porcelain');
   const branchExists = () => git(ws.repoPath, 'branch', '--list', req.branch).trim() !== '';
@@ -271,5 +275,19 @@ describe('fresh_branch_prepare observe', () => {
     const moved = await observe();
     expect(moved.effect).toBe('conflict');
     expect(moved.evidence.effect).toBe('conflict');
+  });
+});
+
+describe('fresh_branch_prepare path binding', () => {
+  it('a renamed repository or another data directory does not break a planned worktree', async () => {
+    const s = await setup();
+    await sql(t.db, 'UPDATE repositories SET name = ? WHERE id = ?', ['renamed-by-an-admin', s.ws.repositoryId]);
+    expect(await freshBranchPrepareHandler.perform(s.deps, s.claim, noHeartbeat)).toBe('succeeded');
+    expect(existsSync(s.path)).toBe(true);
+    // A worker configured with another data directory puts the same worktree under its own (same relative place).
+    const other = mkdtempSync(join(tmpdir(), 'taskledger-other-data-'));
+    expect(plannedWorktreePath(other, s.req, 'anything')).toBe(
+      join(other, 'worktrees', s.ws.workspaceId, s.c.taskId, s.ws.repositoryId),
+    );
   });
 });

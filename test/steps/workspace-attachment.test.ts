@@ -16,7 +16,7 @@ import {
   groupMemberDoc,
 } from '../../src/store/effects/row-documents';
 import { count, sql, useTestDb } from '../support/db';
-import { begin, expectTyped } from '../support/ledger';
+import { begin, expectTyped, settledTask } from '../support/ledger';
 import { claimKind, createTask, effectSnapshot, loadStep, noHeartbeat, seedWithFiles, stepState } from './support';
 
 const t = useTestDb();
@@ -24,7 +24,7 @@ const now = () => (t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)');
 
 async function setup() {
   const { ws, deps } = await seedWithFiles(t.db);
-  const blocker = await begin(t.db, ws, { title: 'blocker' });
+  const blocker = await settledTask(t.db, ws, { title: 'blocker' });
   const c = await createTask(t.db, ws, {
     blocked_by: [blocker.task.id],
     workspace_policy: { mode: 'shared_group', group_id: ws.groupId, environment_id: ws.sharedEnvironmentId },

@@ -8,7 +8,7 @@ import { parseCanonical } from '../../src/canonical/canonical-json';
 import { manifestHash } from '../../src/canonical/hash';
 import type { CreationPlan } from '../../src/canonical/types';
 import { sql, useTestDb } from '../support/db';
-import { begin, stepRows } from '../support/ledger';
+import { begin, settledTask, stepRows } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 
 const t = useTestDb();
@@ -92,7 +92,7 @@ const cases: Case[] = [
 describe('Begin step cardinality', () => {
   it.each(cases)('%s', async (_name, body, expected, policy) => {
     const ws = await seedWorkspace(t.db);
-    const parent = await begin(t.db, ws, { title: 'parent' });
+    const parent = await settledTask(t.db, ws, { title: 'parent' });
     const res = await begin(t.db, ws, body(ws, parent.task.id));
     expect(res.outcome).toBe('Created');
     const rows = await stepRows(t.db, res.operationId);

@@ -10,6 +10,7 @@ import { createProviderRegistry } from '../../src/providers/registry';
 import { defaultStepHandlers } from '../../src/steps/index';
 import type { StepHandler } from '../../src/steps/types';
 import { beginTaskCreation } from '../../src/store/begin';
+import { completeTaskCreation } from '../../src/store/complete';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { BeginResult, OperationAuthority, Principal } from '../../src/store/types';
 import { sql } from './db';
@@ -92,4 +93,13 @@ export async function snapshot(db: Db, operationId: string, taskId: string): Pro
 
 export async function expectTyped(promise: Promise<unknown>, code: string): Promise<void> {
   await expect(promise).rejects.toMatchObject({ code });
+}
+
+/** A created task (every step driven, Complete done): what a parent or blocker must be. */
+export async function settledTask(db: Db, ws: SeededWorkspace, body: Record<string, unknown> = {}): Promise<BeginResult> {
+  const res = await begin(db, ws, { title: 'settled', ...body });
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  await driveAllSteps(db, auth, res.operationId, ws.dataDir);
+  await completeTaskCreation(db, auth);
+  return res;
 }

@@ -24,7 +24,7 @@ import { canonicalJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
-import { pathSha256 } from '../../plan/fresh-branch';
+import { worktreePathMatches } from '../../plan/fresh-branch';
 import { lockClaimedLocked } from '../claimed';
 import type { StepClaim, StepRow } from '../types';
 import {
@@ -233,7 +233,7 @@ export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'
 export async function recordFreshBranch(db: Db, claim: StepClaim, proof: FreshBranchProof): Promise<EffectOutcome> {
   const req = requestOf(claim, 'fresh_branch_prepare');
   const owner = ownerOf(claim);
-  if (pathSha256(proof.worktree_path) !== req.canonical_path_sha256 || proof.head_commit !== req.base_commit) {
+  if (!worktreePathMatches(proof.worktree_path, req) || proof.head_commit !== req.base_commit) {
     throw new Error('recordFreshBranch: the proof is not for this request (path or HEAD differs)');
   }
   const want = expectedEnvironmentRepo(req, owner, proof.worktree_path);
@@ -326,7 +326,7 @@ export async function verifyFreshBranchLocked(
   const owner = ownerOf(step);
   await takeLocks(tx, freshBranchLocks(step));
   const path = (evidence.observation as { worktree_path?: unknown }).worktree_path;
-  if (typeof path !== 'string' || pathSha256(path) !== req.canonical_path_sha256) {
+  if (typeof path !== 'string' || !worktreePathMatches(path, req)) {
     throw effectMismatch(step, 'evidence names a worktree path other than the planned one');
   }
   const rows = await readFreshRows(txReader(tx), req, owner, path);
