@@ -16,7 +16,7 @@ import {
   groupMemberDoc,
 } from '../../src/store/effects/row-documents';
 import { count, sql, useTestDb } from '../support/db';
-import { begin, expectTyped, settledTask } from '../support/ledger';
+import { expectTyped, settledTask } from '../support/ledger';
 import { claimKind, createTask, effectSnapshot, loadStep, noHeartbeat, seedWithFiles, stepState } from './support';
 
 const t = useTestDb();
