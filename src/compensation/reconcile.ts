@@ -14,7 +14,7 @@ import { readRows } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { claimUnknownCompensation } from '../store/compensation';
-import type { CompensationClaim } from '../store/types';
+import type { CompensationClaim, OperationAuthority } from '../store/types';
 import type { EffectDeps } from '../steps/types';
 import { emptyReport, runClaimedUndo, type CompensationRunReport } from './run';
 
@@ -22,6 +22,8 @@ export async function reconcileUnknownCompensation(
   deps: EffectDeps,
   operationId: string,
   owner: string,
+  /** The authority the claims run under (recovery passes its claim's fence); default the operation's owner. */
+  auth: OperationAuthority = { kind: 'operation', operationId, actor: owner },
 ): Promise<CompensationRunReport> {
   const report = emptyReport();
   const rows = await readRows<{ kind: StepKind; step_key: string }>(
@@ -35,7 +37,7 @@ export async function reconcileUnknownCompensation(
     try {
       claim = await claimUnknownCompensation(
         deps.db,
-        { kind: 'operation', operationId, actor: owner },
+        auth,
         { kind: step.kind, stepKey: step.step_key },
         owner,
       );

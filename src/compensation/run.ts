@@ -18,7 +18,7 @@ import type { StepKind } from '../domain/vocab';
 import { claimTaskCreationCompensation } from '../store/compensation';
 import { renewTaskCreationCompensationLease } from '../store/compensation-lease';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
-import type { CompensationClaim } from '../store/types';
+import type { CompensationClaim, OperationAuthority } from '../store/types';
 import type { EffectDeps } from '../steps/types';
 import { undoOf } from './index';
 
@@ -78,6 +78,8 @@ export async function runPendingCompensations(
   operationId: string,
   owner: string,
   leaseMs: number = DEFAULT_LEASE_MS,
+  /** The authority the claims run under (recovery passes its claim's fence); default the operation's owner. */
+  auth: OperationAuthority = { kind: 'operation', operationId, actor: owner },
 ): Promise<CompensationRunReport> {
   const report = emptyReport();
   const now = deps.db.dialect === 'postgres' ? 'clock_timestamp()' : 'NOW(3)';
@@ -95,7 +97,7 @@ export async function runPendingCompensations(
     try {
       claim = await claimTaskCreationCompensation(
         deps.db,
-        { kind: 'operation', operationId, actor: owner },
+        auth,
         { kind: step.kind, stepKey: step.step_key },
         owner,
         leaseMs,

@@ -41,7 +41,12 @@ import type { StepHandlers } from '../steps/index';
 import type { EffectDeps, StepHandler } from '../steps/types';
 import { abortTaskCreation } from '../store/abort';
 import { completeTaskCreation } from '../store/complete';
-import { claimTaskCreationRecovery, finishTaskCreationRecovery, type RecoveryClaim } from '../store/recovery';
+import {
+  claimTaskCreationRecovery,
+  finishTaskCreationRecovery,
+  renewTaskCreationRecovery,
+  type RecoveryClaim,
+} from '../store/recovery';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import { resolveTaskCreationStep } from '../store/step-results';
 import { retryPreparingRelease } from './release-recovery';
@@ -94,10 +99,12 @@ function outcome(operationId: string, fields: Partial<RecoveryOutcome> = {}): Re
   };
 }
 
+/** Every Store call of an action carries its recovery claim: a stale claim writes nothing (RecoveryFence). */
 const auth = (claim: RecoveryClaim): OperationAuthority => ({
   kind: 'operation',
   operationId: claim.operationId,
   actor: claim.owner,
+  recovery: { generation: claim.generation, owner: claim.owner },
 });
 
 /** reconcile_unknown_step: observe (I/O, no transaction), then resolve from that proof only. */
@@ -162,7 +169,7 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
     // Every kind's undo observes first and acts only on exact ownership proof, so it is its own
     // reconciliation: claimed `unknown -> running` (next compensation generation), then
     // compensated / transferred / retry_wait, or unknown again (src/compensation/reconcile.ts).
-    const r = await reconcileUnknownCompensation(deps.effects, claim.operationId, claim.owner);
+    const r = await reconcileUnknownCompensation(deps.effects, claim.operationId, claim.owner, auth(claim));
     counts.succeeded += r.compensated + r.transferred;
     counts.retry += r.retry;
     counts.stillUnknown += r.unknown;
@@ -196,7 +203,13 @@ async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryO
       await reconcileUnknownSteps(deps, claim, out.reconciled);
       return out.reconciled.succeeded + out.reconciled.retry > 0;
     case 'retry_compensation': {
-      const r = await runPendingCompensations(deps.effects, claim.operationId, claim.owner);
+      const r = await runPendingCompensations(
+        deps.effects,
+        claim.operationId,
+        claim.owner,
+        DEFAULT_LEASE_MS,
+        auth(claim),
+      );
       out.compensation = r;
       return r.compensated + r.transferred + r.retry + r.unknown > 0;
     }
@@ -231,8 +244,8 @@ async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryO
     case 'retry_launch_dispatch':
     case 'transfer_launch_dispatch':
       // Dispatch claims are recovered by the reaper's own pass (src/runtime/dispatch-recovery.ts, which observes
-      // with the launch workers' executor and re-chooses under lock); workspace deletion (the transfer) is not
-      // built. Nothing to do under an operation claim.
+      // with the launch workers' executor and re-chooses under lock); a deletion transfers its claims in its own
+      // transaction (ADR 0009). Nothing to do under an operation claim.
       deps.log.warn({ operation_id: claim.operationId, action: claim.action }, 'not run under an operation claim');
       return false;
     case 'replay_terminal':
@@ -266,6 +279,18 @@ export async function recoverOperation(deps: RecoverDeps, operationId: string): 
   }
   const claim: RecoveryClaim = claimed;
   const out = outcome(operationId, { action: claim.action });
+  // Why lease/3: as for step claims, two renewals may be lost before the claim expires; a renewal that finds the
+  // claim stale stops, and the action's next Store call is refused (zero writes).
+  const leaseMs = deps.leaseMs ?? DEFAULT_LEASE_MS;
+  const heartbeat = setInterval(
+    () => {
+      renewTaskCreationRecovery(deps.effects.db, claim, leaseMs).catch((err: unknown) => {
+        if (isTaskLedgerError(err, 'stale_claim')) clearInterval(heartbeat);
+        log.warn({ err }, 'recovery lease renewal failed');
+      });
+    },
+    Math.max(250, Math.floor(leaseMs / 3)),
+  );
   try {
     out.progressed = await runAction(deps, claim, out);
   } catch (err) {
@@ -273,6 +298,7 @@ export async function recoverOperation(deps: RecoverDeps, operationId: string): 
     log.warn({ action: claim.action, code: err.code, detail: err.message }, 'recovery action refused by the Store');
     out.detail = `${err.code}: ${err.message}`;
   } finally {
+    clearInterval(heartbeat);
     await finishTaskCreationRecovery(deps.effects.db, claim).catch((err: unknown) => {
       if (!isTaskLedgerError(err, 'stale_claim')) throw err;
       log.warn({ generation: claim.generation }, 'recovery claim was taken over before it was released');

@@ -3,7 +3,7 @@
  *
  * Locks workspace 1, operation 4.2, external-ID key 5.1, task 5.2, identity 6,
  * steps 7, cleanup jobs 8.1 (FOR SHARE), environments 11. The exact Abort
- * predicate: no step `unknown` or `running`; no launch intent `armed` (normal
+ * predicate: at least one step permanently `failed`; no step `unknown` or `running`; no launch intent `armed` (normal
  * Abort never cancels one); no compensation pending; every step's effect is
  * absent (never claimed, `retry_wait`/`failed` with absent proof) or
  * `compensated`/`transferred` (with its cleanup job present). Then, in this
@@ -56,6 +56,12 @@ export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause:
     }
     await lockTaskChainLocked(tx, op, { externalIdKey: true, steps: true });
     const steps = await lockStepsLocked(tx, op.id);
+    // The spec's Abort predicate needs a permanently failed step: the Store enforces it, not only the chooser.
+    if (!steps.some((s) => s.state === 'failed')) {
+      throw new ConflictError('creation_state_conflict', 'Abort needs a permanently failed step; none failed', {
+        operation_id: op.id,
+      });
+    }
     const blockers = steps
       .map((s) => ({ step: s, why: abortBlocker(s) }))
       .filter((b): b is { step: StepRow; why: string } => b.why !== null);

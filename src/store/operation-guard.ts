@@ -227,8 +227,12 @@ export async function guardOperationLocked(
     sql: `SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`,
     params: [peek.workspace_id],
   };
+  const fence = auth.kind === 'operation' ? auth.recovery : undefined;
+  const fenceColumns = fence
+    ? `, recovery_generation, recovery_owner, CASE WHEN recovery_lease_expires_at > ${tx.now} THEN 1 ELSE 0 END AS recovery_live`
+    : '';
   const opLock: Statement = {
-    sql: `SELECT ${OP_COLUMNS} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
+    sql: `SELECT ${OP_COLUMNS}${fenceColumns} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
     params: [operationId],
   };
   const next = ahead ? chainStatements(operationId, peek.task_id, ahead) : [];
@@ -279,6 +283,7 @@ export async function guardOperationLocked(
     }
     throw new TaskLedgerError('not_found', `creation operation ${operationId} does not exist`, {});
   }
+  if (fence) checkRecoveryFence(raw as unknown as Record<string, unknown>, operationId, fence);
   const op = normalizeOp(raw);
   if (op.workspace_id !== peek.workspace_id || op.task_id !== peek.task_id || op.actor_json !== peek.actor_json) {
     // Both columns are immutable; a difference means the row was rewritten. Nothing is reused.
@@ -303,6 +308,25 @@ export async function guardOperationLocked(
     }
   }
   return { op, plan, actor, workspaceState: ws.state };
+}
+
+/** A recovery action runs only while its claim is the operation's live recovery claim (else zero writes). */
+function checkRecoveryFence(
+  row: Record<string, unknown>,
+  operationId: string,
+  fence: { generation: number; owner: string },
+): void {
+  const live =
+    Number(row.recovery_generation) === fence.generation &&
+    row.recovery_owner === fence.owner &&
+    Number(row.recovery_live) === 1;
+  if (!live) {
+    throw new ConflictError('stale_claim', 'the recovery claim this action runs under is no longer live', {
+      operation_id: operationId,
+      recovery_generation: fence.generation,
+      current_generation: Number(row.recovery_generation),
+    });
+  }
 }
 
 /** Locks the task row (5.2) and retained identity (6) of an operation, after

@@ -21,10 +21,13 @@
  * action, generation and actor hash stay as the record of the last recovery).
  * A taken-over or already finished claim: typed `stale_claim`, zero writes.
  *
- * The claim makes two reapers take turns; it is not what makes an action
- * safe. Every action re-verifies its own predicate and claim in the Store
- * (step resolution needs `unknown`, Complete is idempotent, Abort replays),
- * so an action started under a lease that then expired cannot do harm.
+ * The claim fences its action: each Store call an action makes carries the
+ * claim (`RecoveryFence`) and is refused with zero writes once the claim is
+ * not the operation's live one (taken over, released or expired), exactly as
+ * a stale step claim is; and every action re-verifies its own predicate.
+ * A claim also raises the operation's generation (the recovery actor's
+ * authority revision). RenewTaskCreationRecovery extends a live claim's lease
+ * while a long action runs.
  */
 import { actorBindingHash } from '../canonical/hash';
 import type { ActorBindingDocument } from '../canonical/types';
@@ -178,10 +181,15 @@ export async function claimTaskCreationRecovery(
       });
     }
     const next = generation + 1;
-    const bindingHash = actorBindingHash(recoveryActorDocument(op, owner, next));
+    // The operation's generation counts its recovery claims: the recovery actor's authority revision is the
+    // operation at this generation, and every action's Store call re-checks the claim (RecoveryFence).
+    const bindingHash = actorBindingHash(
+      recoveryActorDocument({ ...op, generation: op.generation + 1 }, owner, next),
+    );
     const changed = await tx.exec(
       `UPDATE task_creation_operations SET recovery_action = ?, recovery_generation = ?, recovery_owner = ?,
-              recovery_lease_expires_at = ${tx.nowPlusMs}, recovery_actor_binding_hash = ?, updated_at = ${tx.now}
+              recovery_lease_expires_at = ${tx.nowPlusMs}, recovery_actor_binding_hash = ?, generation = generation + 1,
+              updated_at = ${tx.now}
         WHERE id = ? AND recovery_generation = ?`,
       [decision.action, next, owner, leaseMs, bindingHash, op.id, generation],
     );
@@ -202,6 +210,35 @@ export async function claimTaskCreationRecovery(
       leaseExpiresAt: new Date(row!.recovery_lease_expires_at),
       actorBindingHash: bindingHash,
     };
+  });
+}
+
+/**
+ * RenewTaskCreationRecovery — the heartbeat of a recovery action that takes
+ * a while (compensation with Git, provider calls): one transaction, operation
+ * 4.2 only; extends the lease of the live claim of this generation and owner
+ * (compare-and-set). A claim that is not live any more: typed `stale_claim`,
+ * zero writes — the action's next Store call is refused too.
+ */
+export async function renewTaskCreationRecovery(
+  db: Db,
+  claim: Pick<RecoveryClaim, 'operationId' | 'generation' | 'owner'>,
+  leaseMs: number = DEFAULT_LEASE_MS,
+): Promise<void> {
+  checkOwner(claim.owner);
+  await runTransaction(db, 'RecoverTaskCreation.Renew', async (tx) => {
+    tx.lockOperationRow('task_creation_operations', claim.operationId);
+    const changed = await tx.exec(
+      `UPDATE task_creation_operations SET recovery_lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
+        WHERE id = ? AND recovery_generation = ? AND recovery_owner = ? AND recovery_lease_expires_at > ${tx.now}`,
+      [leaseMs, claim.operationId, claim.generation, claim.owner],
+    );
+    if (changed !== 1) {
+      throw new ConflictError('stale_claim', 'recovery claim is no longer live', {
+        operation_id: claim.operationId,
+        recovery_generation: claim.generation,
+      });
+    }
   });
 }
 

@@ -39,7 +39,23 @@ export interface CreationHandle {
  * stored manifest and actor hashes instead of a completion token).
  */
 export type OperationAuthority =
-  { kind: 'handle'; handle: CreationHandle } | { kind: 'operation'; operationId: string; actor: string };
+  | { kind: 'handle'; handle: CreationHandle }
+  | {
+      kind: 'operation';
+      operationId: string;
+      actor: string;
+      /**
+       * A recovery action's fence: the recovery claim it runs under (RecoverTaskCreation). The Store's guard then
+       * requires that claim to be the operation's live one (same recovery generation and owner, lease not
+       * expired): an action whose claim went stale — taken over, released, or expired — writes nothing.
+       */
+      recovery?: RecoveryFence;
+    };
+
+export interface RecoveryFence {
+  generation: number;
+  owner: string;
+}
 
 export interface StepClaim {
   readonly operationId: string;
