@@ -4,7 +4,7 @@
  * one process never collide) with the default process metrics plus the
  * ledger's counters and histograms below. `GET /metrics` serves `registry`.
  */
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /** Label values of `taskledger_creations_total{outcome}`. */
 export const CREATION_METRIC_OUTCOMES = [
@@ -34,6 +34,16 @@ export interface Metrics {
   launches: Counter<'state'>;
   /** `taskledger_http_request_seconds{route,method,status}`. */
   httpRequests: Histogram<'route' | 'method' | 'status'>;
+  /**
+   * `taskledger_reconciliations_total{kind,verdict}`: observations of `unknown` steps by recovery, by what they
+   * proved (`present_exact`, `absent_proven`) or why they could not decide (`conflict`, `unobservable`).
+   */
+  reconciliations: Counter<'kind' | 'verdict'>;
+  /**
+   * `taskledger_stuck_operations{action}`: unfinished creations (and unknown launches) that have not moved for
+   * TASKLEDGER_STUCK_AFTER_MS, by the one legal action they wait for; set by each reaper sweep.
+   */
+  stuckOperations: Gauge<'action'>;
 }
 
 /** Why these buckets: a found external ID answers in milliseconds; a creation
@@ -84,6 +94,18 @@ export function createMetrics(): Metrics {
       name: 'taskledger_launches_total',
       help: 'Agent launch dispatch results, by resulting state',
       labelNames: ['state'],
+      registers,
+    }),
+    reconciliations: new Counter({
+      name: 'taskledger_reconciliations_total',
+      help: 'Observations of unknown steps by recovery, by step kind and verdict',
+      labelNames: ['kind', 'verdict'],
+      registers,
+    }),
+    stuckOperations: new Gauge({
+      name: 'taskledger_stuck_operations',
+      help: 'Creations that have not moved for TASKLEDGER_STUCK_AFTER_MS, by the legal action they wait for',
+      labelNames: ['action'],
       registers,
     }),
     httpRequests: new Histogram({

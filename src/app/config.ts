@@ -18,6 +18,12 @@ export interface AppConfig {
   sweepMs: number;
   /** Git and provider call timeout. Why 15 s: local Git is milliseconds, provider APIs answer in under a second; 15 s fails a hung call well inside the lease. */
   effectTimeoutMs: number;
+  /**
+   * A creation (or an unknown launch) that has not moved for this long is reported as stuck: the
+   * `taskledger_stuck_operations` gauge and `taskledger ops list --stuck`. Why 10 minutes: far beyond any healthy
+   * creation (seconds) and any retry back-off (5 minutes at most), short enough to page someone the same hour.
+   */
+  stuckAfterMs: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -39,5 +45,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig {
     leaseMs: int(env, 'TASKLEDGER_LEASE_MS', 30_000),
     sweepMs: int(env, 'TASKLEDGER_SWEEP_MS', 5_000),
     effectTimeoutMs: int(env, 'TASKLEDGER_EFFECT_TIMEOUT_MS', 15_000),
+    stuckAfterMs: int(env, 'TASKLEDGER_STUCK_AFTER_MS', 600_000),
   };
 }

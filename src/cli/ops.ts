@@ -1,6 +1,9 @@
 /**
- * `taskledger ops list [--state S] [--workspace W] [--limit N] [--json]` and
- * `taskledger ops show <operation-id> [--json]`: an operator's view of
+ * `taskledger ops list [--state S] [--workspace W] [--limit N] [--json]`,
+ * `taskledger ops list --stuck [--minutes M]` (what has not moved for M
+ * minutes — TASKLEDGER_STUCK_AFTER_MS by default — and the one legal action
+ * it waits for) and `taskledger ops show <operation-id> [--json]`: an
+ * operator's view of
  * creation operations. `--state` takes an operation state, or a step state
  * (e.g. `unknown`) to list operations that have a step in it. `show` prints
  * the timeline: steps with their claims, generations and evidence hashes,
@@ -11,6 +14,8 @@ import { parseArgs } from 'node:util';
 import { listOperations, readOperation } from '../api/operation-view';
 import { readRows } from '../db/tx';
 import { OPERATION_STATES, STEP_STATES } from '../domain/vocab';
+import { findStuckOperations } from '../runtime/stuck';
+import type { UnresolvedNote } from '../store/step-notes';
 import { withCliDb } from './cli-db';
 import { EXIT } from './usage';
 
@@ -47,9 +52,12 @@ async function list(args: string[]): Promise<number> {
       workspace: { type: 'string' },
       limit: { type: 'string' },
       json: { type: 'boolean' },
+      stuck: { type: 'boolean' },
+      minutes: { type: 'string' },
     },
     strict: true,
   });
+  if (values.stuck) return listStuck(values);
   const state = values.state;
   const isOpState = state !== undefined && (OPERATION_STATES as readonly string[]).includes(state);
   const isStepState = state !== undefined && (STEP_STATES as readonly string[]).includes(state);
@@ -97,6 +105,39 @@ async function list(args: string[]): Promise<number> {
         str(o.result_outcome ?? o.abort_cause ?? '-'),
         time(o.created_at),
       ]);
+    }
+    console.log(table(rows));
+    return EXIT.OK;
+  });
+}
+
+/** `ops list --stuck [--minutes M]`: what has not moved, and the one legal action it waits for. */
+async function listStuck(values: { workspace?: string; limit?: string; json?: boolean; minutes?: string }) {
+  const minutes = values.minutes === undefined ? null : Number(values.minutes);
+  if (minutes !== null && (!Number.isFinite(minutes) || minutes < 0 || minutes > 100_000)) {
+    console.error('taskledger ops list: --minutes must be a number from 0 to 100000');
+    return EXIT.USAGE;
+  }
+  const limit = Number(values.limit ?? 200);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
+    console.error('taskledger ops list: --limit must be 1..1000');
+    return EXIT.USAGE;
+  }
+  const stuckAfterMs =
+    minutes !== null ? Math.round(minutes * 60_000) : Number(process.env.TASKLEDGER_STUCK_AFTER_MS ?? 600_000);
+  return withCliDb('ops', 2, async (db) => {
+    const stuck = await findStuckOperations(db, { stuckAfterMs, workspaceId: values.workspace, limit });
+    if (values.json) {
+      console.log(JSON.stringify(stuck, null, 2));
+      return EXIT.OK;
+    }
+    if (stuck.length === 0) {
+      console.log(`nothing has been stuck for ${Math.round(stuckAfterMs / 60_000)} minutes or more`);
+      return EXIT.OK;
+    }
+    const rows = [['OPERATION', 'STATE', 'WORKSPACE', 'SINCE', 'ACTION', 'WAITING FOR']];
+    for (const o of stuck) {
+      rows.push([o.operation_id, o.state, short(o.workspace_id, 8), time(o.since), o.action ?? '-', o.waiting_for]);
     }
     console.log(table(rows));
     return EXIT.OK;
@@ -182,6 +223,16 @@ async function show(args: string[]): Promise<number> {
       ]);
     }
     console.log(`\nsteps\n${table(rows)}`);
+    const notes = steps.flatMap((s) => {
+      const err = s.error as { code?: unknown; detail?: unknown } | null;
+      if (err?.code !== 'unobservable' && err?.code !== 'conflict') return [];
+      const n = err.detail as Partial<UnresolvedNote> | null;
+      return [
+        `  ${str(s.kind)}/${short(s.step_key, 16)}: ${str(err.code)}, ${str(n?.observations)} observation(s) since ${str(n?.first_observed_at)}: ${str(n?.reason)}`,
+      ];
+    });
+    if (notes.length)
+      console.log(`\nundecided (recovery looks again with backoff; docs/recovery.md)\n${notes.join('\n')}`);
     if (cleanup.length)
       console.log(
         `\ncleanup jobs\n${table([['JOB', 'KIND', 'REASON', 'STATE', 'GEN', 'PROOF', 'ERROR'], ...cleanup.map((c) => [str(c.id), str(c.kind), str(c.reason), str(c.state), str(c.generation), short(c.proof_sha256), short(c.error_code ?? '-', 24)])])}`,
@@ -211,7 +262,7 @@ export async function opsCommand(args: string[]): Promise<number> {
     throw err;
   }
   console.error(
-    'usage: taskledger ops list [--state S] [--workspace W] [--limit N] [--json] | ops show <operation-id> [--json]',
+    'usage: taskledger ops list [--state S] [--workspace W] [--limit N] [--json] | ops list --stuck [--minutes M] [--workspace W] [--json] | ops show <operation-id> [--json]',
   );
   return EXIT.USAGE;
 }

@@ -220,6 +220,8 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       leaseMs: config.leaseMs,
       // Launch dispatch recovery observes the launch workers' runtime directory on this host.
       executor,
+      metrics,
+      stuckAfterMs: config.stuckAfterMs,
     };
     const deletionDeps = {
       db,

@@ -25,6 +25,10 @@ import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import { recoverLaunchDispatches, type DispatchRecoveryReport } from './dispatch-recovery';
 import { recoverUntilSettled, type RecoverDeps, type RecoveryOutcome } from './recover';
 import { retryUnpromotedStarts } from './deferred-retry';
+import { countByAction, findStuckOperations } from './stuck';
+
+/** Why 10 minutes: as TASKLEDGER_STUCK_AFTER_MS's default (src/app/config.ts). */
+const DEFAULT_STUCK_AFTER_MS = 600_000;
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { findRunningWorkspaceDeletions } from '../store/workspace-deletion';
@@ -44,6 +48,8 @@ export interface ReaperDeps extends RecoverDeps {
    * the sweep also recovers launch dispatch claims; without it, it leaves them.
    */
   executor?: Executor;
+  /** A creation that has not moved for this long counts as stuck (`taskledger_stuck_operations`). Default 10 min. */
+  stuckAfterMs?: number;
 }
 
 export interface SweepReport {
@@ -66,6 +72,8 @@ export interface SweepReport {
   dispatch: DispatchRecoveryReport | null;
   /** Delivered deferred starts that were never promoted: promoted now, or refused again (runtime/deferred-retry.ts). */
   deferred: { promoted: number; refused: number };
+  /** Operations that have not moved for `stuckAfterMs` (counted when the reaper has metrics). */
+  stuck: number;
   /** Workspace deletion cascades run by this sweep, and how many of them finished. */
   deletions: { running: number; finished: number };
   wakeups: number;
@@ -98,6 +106,7 @@ export function emptySweepReport(): SweepReport {
     recoveryBackedOff: 0,
     dispatch: null,
     deferred: { promoted: 0, refused: 0 },
+    stuck: 0,
     deletions: { running: 0, finished: 0 },
     wakeups: 0,
   };
@@ -254,6 +263,17 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     });
     launchScanned.add(deps);
     report.wakeups = w.operations + w.outboxWorkspaces + w.launches;
+  }
+  if (deps.metrics) {
+    // What has not moved, by the action it waits for: what an operator is paged on (runtime/stuck.ts).
+    const stuck = await findStuckOperations(deps.effects.db, {
+      stuckAfterMs: deps.stuckAfterMs ?? DEFAULT_STUCK_AFTER_MS,
+      workspaceId: deps.workspaceId,
+      limit: 1000,
+    });
+    deps.metrics.stuckOperations.reset();
+    for (const [action, n] of countByAction(stuck)) deps.metrics.stuckOperations.set({ action }, n);
+    report.stuck = stuck.length;
   }
   return report;
 }

@@ -29,16 +29,10 @@
  * A finished Complete or Abort is announced to waiting create requests.
  */
 import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
-import { reconcileUnknownCompensation } from '../compensation/reconcile';
 import { runPendingCompensations, type CompensationRunReport } from '../compensation/run';
 import { enqueueRunnable } from '../coordinator/enqueue';
-import type { QueueSet } from '../coordinator/queues';
-import { readRows } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import type { RecoveryAction } from '../domain/vocab';
-import type { Logger } from '../log';
-import type { StepHandlers } from '../steps/index';
-import type { EffectDeps, StepHandler } from '../steps/types';
 import { abortTaskCreation } from '../store/abort';
 import { completeTaskCreation } from '../store/complete';
 import {
@@ -48,27 +42,11 @@ import {
   type RecoveryClaim,
 } from '../store/recovery';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
-import { resolveTaskCreationStep } from '../store/step-results';
+import { reconcileUnknownSteps } from './reconcile-steps';
+import { auth, type ReconcileCounts, type RecoverDeps } from './recovery-context';
 import { retryPreparingRelease } from './release-recovery';
-import { STEP_COLUMNS } from '../store/step-rows';
-import type { OperationAuthority, StepRow } from '../store/types';
 
-export interface RecoverDeps {
-  effects: EffectDeps;
-  handlers: StepHandlers;
-  queues: QueueSet | null;
-  log: Logger;
-  /** The recovery claim's owner (one per reaper / worker; at most 200 printable ASCII characters). */
-  actor: string;
-  /** Recovery lease; default the step lease. */
-  leaseMs?: number;
-}
-
-export interface ReconcileCounts {
-  succeeded: number;
-  retry: number;
-  stillUnknown: number;
-}
+export type { ReconcileCounts, RecoverDeps } from './recovery-context';
 
 export interface RecoveryOutcome {
   operationId: string;
@@ -99,83 +77,6 @@ function outcome(operationId: string, fields: Partial<RecoveryOutcome> = {}): Re
   };
 }
 
-/** Every Store call of an action carries its recovery claim: a stale claim writes nothing (RecoveryFence). */
-const auth = (claim: RecoveryClaim): OperationAuthority => ({
-  kind: 'operation',
-  operationId: claim.operationId,
-  actor: claim.owner,
-  recovery: { generation: claim.generation, owner: claim.owner },
-});
-
-/** reconcile_unknown_step: observe (I/O, no transaction), then resolve from that proof only. */
-async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, counts: ReconcileCounts): Promise<void> {
-  const rows = await readRows<StepRow>(
-    deps.effects.db,
-    `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? AND (state = 'unknown' OR compensation_state = 'unknown') ORDER BY id`,
-    [claim.operationId],
-  );
-  let compensationUnknown = false;
-  for (const raw of rows) {
-    const step: StepRow = {
-      ...raw,
-      generation: Number(raw.generation),
-      attempt: Number(raw.attempt),
-      compensation_generation: Number(raw.compensation_generation),
-    };
-    const log = deps.log.child({ operation_id: step.operation_id, step_id: step.id, kind: step.kind });
-    if (step.state !== 'unknown') {
-      // D2: an expired compensation lease; settled below by re-running the kind's undo under a new claim.
-      compensationUnknown = true;
-      continue;
-    }
-    const handler = deps.handlers[step.kind] as StepHandler;
-    let observation;
-    try {
-      observation = await handler.observe(deps.effects, step);
-    } catch (err) {
-      log.warn({ err }, 'could not observe an unknown step; it stays unknown');
-      counts.stillUnknown++;
-      continue;
-    }
-    if (observation.effect === 'conflict') {
-      log.warn(
-        { evidence: observation.evidence.observation },
-        'unknown step: mixed, foreign or changed effect; left for an operator',
-      );
-      counts.stillUnknown++;
-      continue;
-    }
-    try {
-      const to = await resolveTaskCreationStep(
-        deps.effects.db,
-        auth(claim),
-        { kind: step.kind, stepKey: step.step_key },
-        {
-          resolution: observation.effect === 'present_exact' ? 'succeeded' : 'retry_wait',
-          evidence: observation.evidence,
-          observedGeneration: step.generation,
-        },
-      );
-      if (to === 'retry_wait') counts.retry++;
-      else counts.succeeded++;
-      log.info({ resolved: to }, 'unknown step reconciled from observation');
-    } catch (err) {
-      if (!isTaskLedgerError(err)) throw err;
-      log.warn({ code: err.code, detail: err.message }, 'unknown step not resolved');
-      counts.stillUnknown++;
-    }
-  }
-  if (compensationUnknown) {
-    // Every kind's undo observes first and acts only on exact ownership proof, so it is its own
-    // reconciliation: claimed `unknown -> running` (next compensation generation), then
-    // compensated / transferred / retry_wait, or unknown again (src/compensation/reconcile.ts).
-    const r = await reconcileUnknownCompensation(deps.effects, claim.operationId, claim.owner, auth(claim));
-    counts.succeeded += r.compensated + r.transferred;
-    counts.retry += r.retry;
-    counts.stillUnknown += r.unknown;
-    deps.log.info({ operation_id: claim.operationId, ...r }, 'unknown compensation reconciled by re-running its undo');
-  }
-}
 
 /** Wakes requests waiting for this creation, and (after Complete) the workspace's outbox dispatcher. */
 async function announceEnd(deps: RecoverDeps, claim: RecoveryClaim, completed: boolean): Promise<void> {

@@ -151,13 +151,16 @@ export async function findRecoveryCandidates(db: Db, q: RecoveryCandidateQuery):
         AND (
           o.state = 'preparing-release'
           OR EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND (
-                    s.state = 'unknown' OR s.compensation_state IN ('required', 'unknown')
+                    (s.state = 'unknown' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= ${now}))
+                    OR s.compensation_state IN ('required', 'unknown')
                     OR (s.compensation_state = 'retry_wait' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= ${now}))))
           OR (EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.state = 'failed')
               AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id
                                 AND s.compensation_state = 'retry_wait' AND s.next_attempt_at > ${now}))
           OR (o.updated_at <= ${quietSince}
-              AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.updated_at > ${quietSince}))
+              AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.updated_at > ${quietSince})
+              AND NOT EXISTS (SELECT 1 FROM task_creation_steps s WHERE s.operation_id = o.id AND s.state = 'unknown'
+                                AND s.next_attempt_at > ${now}))
         )
       ORDER BY o.updated_at LIMIT ${Math.max(1, Math.floor(q.limit))}`,
     [...(q.workspaceId === undefined ? [] : [q.workspaceId]), ...(q.exclude ?? []), quiet, quiet],

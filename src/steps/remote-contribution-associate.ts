@@ -21,9 +21,14 @@
  * marker comment -> `present_exact`; no row and no marker comment, or our
  * claimed row that never got a handle and no marker comment (a worker died
  * or timed out before the comment landed) -> `absent_proven`, so the step
- * retries with the same marker; anything else (foreign association,
- * credential loss or an unreachable provider, handle mismatch, a recorded
- * handle whose comment is gone, comment without row) -> `conflict`.
+ * retries with the same marker; the provider answering 404/410 for the
+ * contribution (it does not exist, so no marker comment can) -> also
+ * `absent_proven`: the retry then fails permanently and the creation aborts.
+ * Credential loss (401/403), an unreachable or failing provider (5xx,
+ * timeout, refused) or an unusable connection -> `unobservable` (nothing
+ * proven; recovery looks again with backoff). Anything else (foreign
+ * association, handle mismatch, a recorded handle whose comment is gone,
+ * comment without row) -> `conflict`.
  */
 import { failpoint } from '../failpoints';
 import type { RemoteContributionAssociateRequest } from '../canonical/types';
@@ -119,7 +124,14 @@ async function perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Prom
   return outcome.state;
 }
 
-type RemoteSeen = { ok: true; info: ContributionInfo; link: LinkHandle | null } | { ok: false; error: string };
+type RemoteSeen =
+  | { ok: true; info: ContributionInfo; link: LinkHandle | null }
+  | { ok: false; error: string }
+  /** The provider answered that the contribution does not exist (HTTP 404/410). */
+  | { ok: 'gone'; error: string };
+
+/** HTTP answers that prove a contribution does not exist: nothing can be on it, our marker comment least of all. */
+const GONE_STATUSES = new Set([404, 410]);
 
 /** Pure: the observation from the locked row view and what the provider showed. */
 function judgeContribution(step: StepRow, view: AssociationView, remote: RemoteSeen | null): Observation {
@@ -128,9 +140,23 @@ function judgeContribution(step: StepRow, view: AssociationView, remote: RemoteS
     effect: 'conflict',
     evidence: rowSetEvidenceOf(step, 'conflict', reason, rows),
   });
+  const unobservable = (reason: string): Observation => ({
+    effect: 'unobservable',
+    evidence: rowSetEvidenceOf(step, 'conflict', reason, rows),
+  });
   if (view.row && !view.own) return conflict(`contribution is associated with task ${view.row.task_id}`);
-  if (!view.target.ok) return conflict(`provider target unusable: ${view.target.message}`);
-  if (remote === null || !remote.ok) return conflict(`provider read failed: ${remote?.error ?? 'not attempted'}`);
+  if (!view.target.ok) return unobservable(`provider target unusable: ${view.target.message}`);
+  if (remote !== null && remote.ok === 'gone' && (!view.row || view.row.provider_handle === null)) {
+    // The provider says the contribution does not exist: no marker comment can exist on it, so the effect is
+    // proven absent; the step retries and its provider read fails permanently (the creation then aborts).
+    return {
+      effect: 'absent_proven',
+      evidence: rowSetEvidenceOf(step, 'absent_proven', `the contribution does not exist: ${remote.error}`, rows),
+    };
+  }
+  if (remote === null || remote.ok !== true) {
+    return unobservable(`provider read failed: ${remote?.error ?? 'not attempted'}`);
+  }
   const { info, link } = remote;
   if (view.row && link) {
     if (view.row.provider_handle !== null && view.row.provider_handle !== link.handle) {
@@ -181,7 +207,8 @@ async function observe(deps: EffectDeps, step: StepRow): Promise<Observation> {
     const link = await provider.findLinkComment(ref, view.marker);
     remote = { ok: true, info, link };
   } catch (err) {
-    remote = { ok: false, error: messageOf(err) };
+    const gone = err instanceof ProviderError && err.status !== null && GONE_STATUSES.has(err.status);
+    remote = { ok: gone ? 'gone' : false, error: messageOf(err) };
   }
   return judgeContribution(step, view, remote);
 }

@@ -22,9 +22,17 @@ export interface EffectDeps {
   timeoutMs: number;
 }
 
-/** What observing the real world found for one step (used by recovery). */
+/**
+ * What observing the real world found for one step (used by recovery):
+ * `present_exact` and `absent_proven` are proof (the step resolves);
+ * `conflict` is a proven contradiction (a foreign or changed effect: an
+ * operator's); `unobservable` means the world could not be read (a provider
+ * down or refusing our credentials, Git or the file system failing): nothing
+ * is proven either way, and recovery looks again later, with backoff.
+ * `conflict` and `unobservable` carry `conflict` evidence naming the reason.
+ */
 export interface Observation {
-  effect: 'present_exact' | 'absent_proven' | 'conflict';
+  effect: 'present_exact' | 'absent_proven' | 'conflict' | 'unobservable';
   evidence: StepEvidence;
 }
 

@@ -78,7 +78,8 @@ export async function observeOperation(
         const reason = typeof why === 'string' ? why : '';
         finding = {
           message: `recorded ${step.state}, observed ${seen.effect}${reason ? `: ${reason}` : ''}`,
-          proven: !reason.startsWith('provider read failed'),
+          // An effect that could not be read (a provider down, credentials refused) is not proven either way.
+          proven: seen.effect !== 'unobservable',
         };
       }
     } catch (err) {

@@ -31,6 +31,7 @@ export function testConfig(dataDir: string, adminToken: string): AppConfig {
     leaseMs: 30_000,
     sweepMs: 5_000,
     effectTimeoutMs: 15_000,
+    stuckAfterMs: 600_000,
   };
 }
 

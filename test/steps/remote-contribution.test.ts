@@ -316,7 +316,7 @@ describe('contention and misconfiguration', () => {
 });
 
 describe('observe', () => {
-  it('absent before anything ran; present after success; conflict on credential loss or a foreign association', async () => {
+  it('absent before anything ran; present after success; conflict on a foreign association; unobservable on credential loss', async () => {
     const w = await world('github');
     const tk = await task(w);
     const other = await task(w);
@@ -342,7 +342,7 @@ describe('observe', () => {
 
     await sql(t.db, "UPDATE provider_connections SET token = 'revoked' WHERE id = ?", [w.connectionId]);
     const lost = await handler.observe(deps, await stepRow(claim.stepId));
-    expect(lost.effect).toBe('conflict');
+    expect(lost.effect).toBe('unobservable');
     expect(lost.evidence.observation).toMatchObject({ reason: expect.stringMatching(/provider read failed.*401/) });
   });
 

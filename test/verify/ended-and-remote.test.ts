@@ -86,7 +86,7 @@ describe('verify on a pull request association', () => {
       expect(findings(report)).toEqual([]);
       expect(report.counts).toMatchObject({ observed: 1, unobserved: 1 });
       expect(report.unobserved.map((u) => u.message)).toEqual([
-        expect.stringMatching(/^recorded succeeded, observed conflict: provider read failed/),
+        expect.stringMatching(/^recorded succeeded, observed unobservable: provider read failed/),
       ]);
     } finally {
       fake.server.clearFaults();
