@@ -10,9 +10,16 @@ import type { LockNeed } from '../store/effects/row-locks';
 
 export type CleanupDecision =
   | { kind: 'rows'; note: string; extraLocks?: LockNeed[]; blocked?: (tx: Tx) => Promise<string | null> }
-  | { kind: 'retry'; code: string; message: string }
+  | { kind: 'retry'; code: string; message: string; uncounted?: boolean }
   | { kind: 'unknown'; code: string; message: string };
 
 export const rowsDecision = (note: string): CleanupDecision => ({ kind: 'rows', note });
 export const retryDecision = (code: string, message: string): CleanupDecision => ({ kind: 'retry', code, message });
+/** Another host's job: back soon, and the visit is not counted as an attempt (no back-off builds up). */
+export const elsewhereDecision = (code: string, message: string): CleanupDecision => ({
+  kind: 'retry',
+  code,
+  message,
+  uncounted: true,
+});
 export const unknownDecision = (code: string, message: string): CleanupDecision => ({ kind: 'unknown', code, message });

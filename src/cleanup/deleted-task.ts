@@ -24,6 +24,7 @@
 import type { CleanupProof } from '../compensation/cleanup-proof';
 import { removeFile } from '../compensation/attachment-claim';
 import { gitMessage, inspectWorktree, nothingThere } from '../compensation/git-worktree';
+import { nowSql } from '../db/dialect';
 import { readRows } from '../db/tx';
 import type { Executor } from '../launch/executor';
 import { isGitRepository, runGit } from '../steps/git';
@@ -33,7 +34,7 @@ import { txReader } from '../store/effects/row-locks';
 import { runtimeLock } from '../compensation/session-prepare';
 import type { CleanupJobClaim } from '../store/cleanup-jobs';
 import { cleanAssociation } from './association';
-import { retryDecision, rowsDecision, unknownDecision, type CleanupDecision } from './decision';
+import { elsewhereDecision, retryDecision, rowsDecision, unknownDecision, type CleanupDecision } from './decision';
 
 export interface DeletionCleanupDeps extends EffectDeps {
   /** Stops agents (the launch workers' executor on this host); without it, `launch_dispatch` jobs wait. */
@@ -65,17 +66,33 @@ async function stopAgent(deps: DeletionCleanupDeps, proof: CleanupProof): Promis
   }
   if (!deps.executor) return retryDecision('no_executor', 'this cleanup worker has no executor to stop agents');
   if (d.host !== null && d.host !== deps.executor.host) {
-    return retryDecision('other_host', `the agent runs on ${d.host}; its cleanup worker stops it`);
+    return elsewhereDecision('other_host', `the agent runs on ${d.host}; its cleanup worker stops it`);
   }
   const stopped = await deps.executor.stop({
     idempotencyKey: d.idempotency_key,
     sessionId: d.session_id,
     generation: Number(d.generation),
+    ...(d.host === null ? { onlyIfStartedHere: true } : {}),
   });
+  if (!stopped.stopped && stopped.elsewhere) {
+    // No host recorded (a claim from before runtime handles named one) and no sign it ran here: absence on this
+    // host proves nothing. The job waits (counted, backing off) for the worker of the host that has the marker;
+    // its error_code says why for an operator.
+    return retryDecision('host_unknown', `the ledger names no host for the agent, and ${stopped.reason}`);
+  }
   if (!stopped.stopped) return retryDecision('agent_not_stopped', stopped.reason);
   // A worker may still hold the transferred claim until its lease runs out; only then can nothing start any more.
-  if (d.lease_expires_at !== null && Date.parse(d.lease_expires_at) > Date.now()) {
-    return retryDecision('claim_lease_live', `the transferred claim's lease runs until ${d.lease_expires_at}`);
+  // The claim row keeps the lease's last end (renewals included), compared on the database clock.
+  const live = await readRows<{ lease_expires_at: string }>(
+    deps.db,
+    `SELECT lease_expires_at FROM task_launch_dispatch_claims WHERE id = ? AND lease_expires_at > ${nowSql(deps.db.dialect)}`,
+    [d.dispatch_id],
+  );
+  if (live.length > 0) {
+    return retryDecision(
+      'claim_lease_live',
+      `the transferred claim's lease runs until ${String(live[0]!.lease_expires_at)}`,
+    );
   }
   return rowsDecision(`agent stopped (${stopped.signalled} process(es) signalled, marker ${stopped.marker})`);
 }

@@ -40,7 +40,9 @@ export interface CleanupRunReport {
 }
 
 async function decide(deps: DeletionCleanupDeps, job: CleanupJobClaim, proof: CleanupProof): Promise<CleanupDecision> {
-  if (DELETION_REASONS.has(job.reason)) return decideDeletion(deps, job, proof);
+  // A deleted task's effects, and any agent handed to cleanup (a deletion's, or one found before Complete), are
+  // removed rather than restored.
+  if (DELETION_REASONS.has(job.reason) || proof.kind === 'launch_dispatch') return decideDeletion(deps, job, proof);
   switch (proof.kind) {
     case 'fresh_branch_prepare':
       return cleanWorktree(deps, job, proof);
@@ -62,7 +64,6 @@ async function decide(deps: DeletionCleanupDeps, job: CleanupJobClaim, proof: Cl
       };
     }
     case 'launch_intent':
-    case 'launch_dispatch':
       return unknownDecision('proof_invalid', `${proof.kind} is never transferred by compensation`);
   }
 }
@@ -101,6 +102,7 @@ export async function performCleanupJob(deps: DeletionCleanupDeps, job: CleanupJ
             state: decision.kind === 'retry' ? 'retry_wait' : 'unknown',
             errorCode: decision.code,
             message: decision.message,
+            ...(decision.kind === 'retry' && decision.uncounted ? { uncounted: true } : {}),
           });
     if (end.state === 'unknown') log.warn({ error_code: end.errorCode }, 'cleanup job left for an operator');
     else log.info({ state: end.state }, 'cleanup job finished');

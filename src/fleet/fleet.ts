@@ -140,6 +140,11 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     metrics,
     workerId,
     leaseMs: config.leaseMs,
+    // A launch that ends without an agent frees its WIP slot: the promoted task's launch is queued (never run
+    // inside this launch), and the sweep heals a lost wake-up.
+    wakeLaunches: async (taskIds: string[]) => {
+      await wakeLaunches({ db, queues, log }, taskIds);
+    },
   };
   const outboxDeps = { db, queues, log: log.child({ role: 'outbox' }), metrics, subscribers: opts.subscribers };
   // A process that also runs the outbox role delivers the outbox right after its own Complete, and one that also

@@ -22,7 +22,10 @@ import {
   confirmLaunchDispatchClaim,
   failLaunchDispatch,
   recordLaunchDispatch,
+  type DispatchClaim,
 } from '../store/launch-dispatch';
+import { abandonLaunchDispatch } from '../store/launch-dispatch-end';
+import { launchConfigSha256 } from '../plan/launch-config';
 import { isTaskLedgerError } from '../domain/errors';
 import { ExecutorError, type Executor } from './executor';
 
@@ -34,17 +37,39 @@ export interface LaunchWorkerDeps {
   metrics: Metrics | null;
   workerId: string;
   leaseMs: number;
+  /** Wakes the launches of tasks a freed WIP slot admitted; without it the reaper's sweep finds them. */
+  wakeLaunches?: (taskIds: string[]) => Promise<void>;
 }
 
-async function launchSpec(db: Db, taskId: string, agentProfileId: string, dataDir: string) {
+/**
+ * What to start: the agent profile's command as it is now, and whether it is still the configuration the
+ * creation bound (`launch_config_sha256`, plan/launch-config.ts) — a profile changed since Begin must not run.
+ */
+async function launchSpec(db: Db, claim: DispatchClaim, dataDir: string) {
+  const { taskId } = claim;
   const profiles = await readRows<{ executor_json: string }>(
     db,
     'SELECT executor_json FROM agent_profiles WHERE id = ?',
-    [agentProfileId],
+    [claim.request.agent_profile_id],
   );
   const executor = parseCanonical(profiles[0]?.executor_json ?? '{}', { requireCanonical: false }) as {
     command?: string[];
   };
+  const [session] = await readRows<{ environment_id: string }>(
+    db,
+    'SELECT environment_id FROM task_sessions WHERE id = ?',
+    [claim.sessionId],
+  );
+  const bound =
+    profiles[0] !== undefined &&
+    session !== undefined &&
+    launchConfigSha256({
+      agent_profile_id: claim.request.agent_profile_id,
+      executor: executor,
+      session_id: claim.sessionId,
+      task_id: taskId,
+      task_environment_id: session.environment_id,
+    }) === claim.request.launch_config_sha256;
   const worktrees = await readRows<{ worktree_path: string | null }>(
     db,
     `SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
@@ -56,7 +81,7 @@ async function launchSpec(db: Db, taskId: string, agentProfileId: string, dataDi
     cwd = join(dataDir, 'tasks', taskId);
     mkdirSync(cwd, { recursive: true });
   }
-  return { command: executor.command ?? [], cwd };
+  return { command: executor.command ?? [], cwd, bound };
 }
 
 /**
@@ -97,7 +122,26 @@ export async function processLaunchJob(
     operationId: claim.operationId,
     sessionId: claim.sessionId,
   });
-  const spec = await launchSpec(deps.db, claim.taskId, claim.request.agent_profile_id, deps.dataDir);
+  const spec = await launchSpec(deps.db, claim, deps.dataDir);
+  if (!spec.bound) {
+    // The agent profile changed (or is gone) since Begin: its command is not the launch this creation proved.
+    const ended = await abandonLaunchDispatch(deps.db, claim, {
+      code: 'launch_config_changed',
+      message: 'the agent profile no longer matches the launch configuration bound at Begin; nothing was started',
+    }).catch((err: unknown) => {
+      if (!isTaskLedgerError(err, 'stale_claim')) throw err;
+      return { admitted: [] };
+    });
+    await deps.wakeLaunches?.(ended.admitted).catch((err: unknown) => {
+      log.warn({ err }, 'could not wake the launches the freed slot admitted; the sweep will');
+    });
+    deps.metrics?.launches.inc({ state: 'cancelled' });
+    log.warn(
+      { generation: claim.generation },
+      'the agent profile changed since Begin: launch cancelled, nothing started',
+    );
+    return 'failed';
+  }
   // A worker paused past its lease may have been recovered and retried: only a live claim may start anything.
   if (!(await confirmLaunchDispatchClaim(deps.db, claim, deps.leaseMs))) {
     log.info({ generation: claim.generation }, 'dispatch claim went stale before the start: nothing started');

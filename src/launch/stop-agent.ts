@@ -12,6 +12,8 @@
  *    (`TASKLEDGER_DISPATCH_KEY`, inherited by every descendant) gets SIGTERM
  *    (its process group, since agents start detached as group leaders),
  *    then SIGKILL after the grace period.
+ * 0. With `onlyIfStartedHere` (the ledger names no host), nothing is done
+ *    unless this host's start marker carries the dispatch key.
  * 3. Proof: no process carries the key any more (on this host). Processes
  *    that cannot be enumerated (no /proc), or that survive SIGKILL, are no
  *    proof: the caller retries later.
@@ -25,10 +27,16 @@ export interface StopRef {
   sessionId: string;
   /** The fenced claim's generation: the marker is made to name a later one. */
   generation: number;
+  /**
+   * The ledger does not know the agent's host: act only when this host's start marker for the session carries the
+   * dispatch key (the dispatch ran here); otherwise absence here proves nothing (`elsewhere`).
+   */
+  onlyIfStartedHere?: boolean;
 }
 
 export type StopResult =
-  { stopped: true; signalled: number; marker: MarkerState | 'absent' } | { stopped: false; reason: string };
+  | { stopped: true; signalled: number; marker: MarkerState | 'absent' }
+  | { stopped: false; reason: string; elsewhere?: boolean };
 
 /** Why 3 s: an agent gets a moment to flush and exit on SIGTERM before SIGKILL; a cleanup pass stays short. */
 const GRACE_MS = 3_000;
@@ -83,6 +91,9 @@ function fenceMarker(markerPath: string, ref: StopRef): MarkerState | 'absent' |
 export async function stopDispatchedAgent(markerPath: string, ref: StopRef): Promise<StopResult> {
   let marker: MarkerState | 'absent' | { error: string };
   try {
+    if (ref.onlyIfStartedHere && readMarker(markerPath)?.doc.idempotency_key !== ref.idempotencyKey) {
+      return { stopped: false, elsewhere: true, reason: 'no start marker of this dispatch on this host' };
+    }
     marker = fenceMarker(markerPath, ref);
   } catch (err) {
     return { stopped: false, reason: `start marker: ${(err as Error).message}` };

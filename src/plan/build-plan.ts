@@ -37,6 +37,7 @@ import { validateCreationPlan } from '../canonical/validate';
 import { ValidationError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { contributionKey, validatedRequestDocument, type CreateTaskRequest } from './create-request';
+import { launchConfigSha256 } from './launch-config';
 import { freshBranchName, pathSha256, worktreeRelativePath, worktreeSegments } from './fresh-branch';
 import { planDatabaseRows } from './plan-rows';
 import type { AgentProfileInfo, BuiltPlan, PlanContext, PlannedRows, RepositoryInfo } from './plan-types';
@@ -60,7 +61,7 @@ export type {
 
 export const WORKSPACE_POLICY_DOMAIN = 'kandev/task-creation-workspace-policy/v1';
 export const ATTACHMENT_SET_DOMAIN = 'kandev/task-creation-attachment-set/v1';
-export const LAUNCH_CONFIG_DOMAIN = 'kandev/task-launch-config/v1';
+export { LAUNCH_CONFIG_DOMAIN } from './launch-config';
 
 function lookup<T>(table: Readonly<Record<string, T>>, id: string): T | undefined {
   return Object.prototype.hasOwnProperty.call(table, id) ? table[id] : undefined;
@@ -191,16 +192,13 @@ export function buildCreationPlan(req: CreateTaskRequest, ctx: PlanContext): Bui
       agent_profile_id: profile.id,
       executor_id: profile.executor_kind,
       executor_profile_id: `${profile.executor_kind}:${profile.id}`,
-      launch_config_sha256: domainHash(
-        LAUNCH_CONFIG_DOMAIN,
-        canonicalJson({
-          agent_profile_id: profile.id,
-          executor: profile.executor,
-          session_id: sessionId,
-          task_id: taskId,
-          task_environment_id: taskEnvironmentId,
-        }),
-      ),
+      launch_config_sha256: launchConfigSha256({
+        agent_profile_id: profile.id,
+        executor: profile.executor,
+        session_id: sessionId,
+        task_id: taskId,
+        task_environment_id: taskEnvironmentId,
+      }),
     };
     if (startPolicy === 'immediate') {
       steps.push(...sessionLaunchSteps(taskId, workspaceId, taskEnvironmentId, launch));

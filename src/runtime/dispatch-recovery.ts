@@ -13,7 +13,8 @@
  *     stays `unknown` with a log line (the next pass observes again);
  *  3. every `retry_wait` claim gets its launch wake-up again (job IDs carry
  *     the generation, so repeats collapse and a stale job does nothing),
- *     so losing Redis never strands a launch.
+ *     so losing Redis never strands a launch; one that used up its attempts
+ *     ends `cancelled` (`retries_exhausted`), visibly, instead.
  *
  * Each action runs through a Store method that re-chooses under lock and
  * compares the observed generation, so a racing worker or sweep makes it a
@@ -29,6 +30,7 @@ import type { Logger } from '../log';
 import {
   expireLaunchDispatchLeases,
   findExpiredDispatchOperations,
+  findExhaustedDispatches,
   findRetryableDispatches,
   findUnknownDispatches,
   readDispatchSnapshot,
@@ -36,6 +38,8 @@ import {
   retryLaunchDispatch,
   type DispatchTarget,
 } from '../store/launch-dispatch-recovery';
+import { cancelExhaustedDispatch } from '../store/launch-dispatch-end';
+import { wakeLaunches } from '../coordinator/wake-launches';
 import { chooseRecoveryAction } from './recovery-action';
 
 export interface DispatchRecoveryDeps {
@@ -60,6 +64,8 @@ export interface DispatchRecoveryReport {
   expired: number;
   /** Launch wake-ups sent for `retry_wait` claims (including this pass's retries). */
   woken: number;
+  /** `retry_wait` claims that used up their attempts, now `cancelled` (`retries_exhausted`). */
+  exhausted: number;
 }
 
 /** Why 200: a pass's work stays bounded; the next pass continues. */
@@ -153,7 +159,7 @@ async function recoverOne(deps: PassDeps, target: DispatchTarget, report: Dispat
 }
 
 export async function recoverLaunchDispatches(deps: DispatchRecoveryDeps): Promise<DispatchRecoveryReport> {
-  const report: DispatchRecoveryReport = { reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0 };
+  const report: DispatchRecoveryReport = { reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0, exhausted: 0 };
   const pass: PassDeps = { ...deps, woken: new Set() };
   for (const opId of await findExpiredDispatchOperations(deps.db, BATCH, deps.workspaceId)) {
     report.expired += await expireLaunchDispatchLeases(deps.db, opId, deps.actor);
@@ -165,6 +171,22 @@ export async function recoverLaunchDispatches(deps: DispatchRecoveryDeps): Promi
     const retryable = await findRetryableDispatches(deps.db, MAX_LAUNCH_ATTEMPTS, BATCH, deps.workspaceId);
     for (const target of retryable) {
       if (await wake(pass, target, target.generation)) report.woken++;
+    }
+  }
+  // A launch the OS refused MAX_LAUNCH_ATTEMPTS times ends visibly instead of waiting in retry_wait for nobody.
+  for (const target of await findExhaustedDispatches(deps.db, MAX_LAUNCH_ATTEMPTS, BATCH, deps.workspaceId)) {
+    try {
+      const ended = await cancelExhaustedDispatch(deps.db, target, MAX_LAUNCH_ATTEMPTS, deps.actor);
+      report.exhausted++;
+      if (deps.queues && ended.admitted.length > 0) {
+        await wakeLaunches({ db: deps.db, queues: deps.queues, log: deps.log }, ended.admitted);
+      }
+      deps.log.warn(
+        { dispatch_id: target.dispatchId, operation_id: target.operationId },
+        'launch cancelled: retries exhausted',
+      );
+    } catch (err) {
+      if (!isTaskLedgerError(err)) throw err;
     }
   }
   return report;

@@ -14,7 +14,10 @@
  *   next look paced (store/step-notes.ts): visible in `ops show`, the API's
  *   operation view, a warn line and `taskledger_unresolved_steps_total`, and
  *   resolvable by an operator (docs/recovery.md).
- * A step not due yet (its note's `next_attempt_at` is ahead) is left for its
+ * An agent runtime found for a session before Complete is handed to a
+ * cleanup job that stops it (store/pre-complete-runtime.ts); the step is
+ * decided by a later look. A step not due yet (its note's `next_attempt_at`
+ * is ahead) is left for its
  * time. An `unknown` compensation is settled by re-running its kind's undo
  * under a new compensation claim (compensation/reconcile.ts). Every Store call
  * carries the recovery claim, so a stale one writes nothing.
@@ -26,6 +29,7 @@ import type { StepHandler } from '../steps/types';
 import type { RecoveryClaim } from '../store/recovery';
 import { resolveTaskCreationStep } from '../store/step-results';
 import { noteUnresolvedStep, type UnresolvedVerdict } from '../store/step-notes';
+import { transferPreCompleteRuntime } from '../store/pre-complete-runtime';
 import { STEP_COLUMNS } from '../store/step-rows';
 import type { StepRow } from '../store/types';
 import { auth, type ReconcileCounts, type RecoverDeps } from './recovery-context';
@@ -98,8 +102,19 @@ export async function reconcileUnknownSteps(
       continue;
     }
     if (observation.effect === 'conflict' || observation.effect === 'unobservable') {
-      const reason = (observation.evidence.observation as { reason?: unknown }).reason;
-      await note(deps, claim, step, observation.effect, typeof reason === 'string' ? reason : observation.effect);
+      const why = (observation.evidence.observation as { reason?: unknown }).reason;
+      let reason = typeof why === 'string' ? why : observation.effect;
+      if (observation.effect === 'conflict' && (step.kind === 'launch_intent' || step.kind === 'session_prepare')) {
+        // An agent runtime before Complete is never ours to keep: it goes to a cleanup job that stops it.
+        const moved = await transferPreCompleteRuntime(deps.effects.db, auth(claim), step.step_key).catch(
+          (err: unknown) => {
+            if (!isTaskLedgerError(err)) throw err;
+            return null;
+          },
+        );
+        if (moved) reason = `${reason}; the runtime is handed to cleanup job ${moved.jobId}, which stops it`;
+      }
+      await note(deps, claim, step, observation.effect, reason);
       counts.stillUnknown++;
       continue;
     }

@@ -77,7 +77,6 @@ function outcome(operationId: string, fields: Partial<RecoveryOutcome> = {}): Re
   };
 }
 
-
 /** Wakes requests waiting for this creation, and (after Complete) the workspace's outbox dispatcher. */
 async function announceEnd(deps: RecoverDeps, claim: RecoveryClaim, completed: boolean): Promise<void> {
   const queues = deps.queues;

@@ -64,7 +64,9 @@ async function describe(db: Db, op: OpRow, dispatch: DispatchState | null): Prom
   });
   const notes = steps.flatMap((s) => {
     const n = parseNote(s.error_code, s.error_json);
-    return n ? [`${s.kind}/${s.step_key}: ${n.verdict} (${n.observations}x since ${n.first_observed_at}): ${n.reason}`] : [];
+    return n
+      ? [`${s.kind}/${s.step_key}: ${n.verdict} (${n.observations}x since ${n.first_observed_at}): ${n.reason}`]
+      : [];
   });
   const action = dispatch === 'unknown' ? 'reconcile_launch_dispatch' : decision.action;
   const waiting =

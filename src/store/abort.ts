@@ -56,12 +56,6 @@ export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause:
     }
     await lockTaskChainLocked(tx, op, { externalIdKey: true, steps: true });
     const steps = await lockStepsLocked(tx, op.id);
-    // The spec's Abort predicate needs a permanently failed step: the Store enforces it, not only the chooser.
-    if (!steps.some((s) => s.state === 'failed')) {
-      throw new ConflictError('creation_state_conflict', 'Abort needs a permanently failed step; none failed', {
-        operation_id: op.id,
-      });
-    }
     const blockers = steps
       .map((s) => ({ step: s, why: abortBlocker(s) }))
       .filter((b): b is { step: StepRow; why: string } => b.why !== null);
@@ -69,6 +63,12 @@ export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause:
       throw new ConflictError('creation_state_conflict', 'Abort predicate does not hold', {
         operation_id: op.id,
         blockers: blockers.map((b) => ({ kind: b.step.kind, step_key: b.step.step_key, why: b.why })),
+      });
+    }
+    // The spec's Abort predicate needs a permanently failed step: the Store enforces it, not only the chooser.
+    if (!steps.some((s) => s.state === 'failed')) {
+      throw new ConflictError('creation_state_conflict', 'Abort needs a permanently failed step; none failed', {
+        operation_id: op.id,
       });
     }
     for (const s of steps) verifyStepRequest(s, plan);

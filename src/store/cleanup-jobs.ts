@@ -153,7 +153,15 @@ export interface CleanupFinish {
   extraLocks?: LockNeed[];
   /** Under the locks: why the rows must not be undone (e.g. a runtime exists), or null. */
   blocked?: (tx: Tx) => Promise<string | null>;
+  /**
+   * With `retry_wait`: the visit was not an attempt (the job belongs to another host's worker): the attempt count
+   * is given back and the job is due again after UNCOUNTED_RETRY_MS, without back-off.
+   */
+  uncounted?: boolean;
 }
+
+/** Why 5 s: the host that can do the job finds it at its next pass rather than after a grown back-off. */
+const UNCOUNTED_RETRY_MS = 5_000;
 
 export async function finishCleanupJob(
   db: Db,
@@ -177,6 +185,7 @@ export async function finishCleanupJob(
       );
     }
     let state = finish.state;
+    const uncounted = finish.uncounted === true && state === 'retry_wait';
     let errorCode = finish.errorCode ?? null;
     let message = finish.message ?? null;
     if (state === 'done' && finish.rows && finish.rows.length > 0) {
@@ -196,13 +205,15 @@ export async function finishCleanupJob(
     const changed = await tx.exec(
       `UPDATE task_resource_cleanup_jobs
           SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now},
+              attempt = attempt - ?,
               next_attempt_at = ${state === 'retry_wait' ? tx.nowPlusMs : 'NULL'},
               finished_at = ${state === 'done' ? tx.now : 'NULL'},
               error_code = ?, error_json = ?
         WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ?`,
       [
         state,
-        ...(state === 'retry_wait' ? [retryDelayMs(claim.attempt)] : []),
+        uncounted ? 1 : 0,
+        ...(state === 'retry_wait' ? [uncounted ? UNCOUNTED_RETRY_MS : retryDelayMs(claim.attempt)] : []),
         errorCode === null ? null : errorCode.slice(0, 64),
         errorCode === null ? null : canonicalJson({ code: errorCode, message: (message ?? '').slice(0, 2000) }),
         claim.id,

@@ -144,7 +144,10 @@ export async function findUnknownDispatches(db: Db, limit = 200, workspaceId?: s
   return rows.map(toTarget);
 }
 
-/** `retry_wait` claims of completed operations with no deletion fence and fewer than `maxAttempts` (plain read). */
+/**
+ * `retry_wait` claims of completed operations with no deletion fence and fewer than `maxAttempts`, of live tasks
+ * not waiting in a WIP queue (a queued task's claim is retried once a slot admits it) (plain read).
+ */
 export async function findRetryableDispatches(
   db: Db,
   maxAttempts: number,
@@ -155,7 +158,26 @@ export async function findRetryableDispatches(
     db,
     `SELECT ${CLAIM_COLUMNS_OF_C} FROM task_launch_dispatch_claims c
        JOIN task_creation_operations o ON o.id = c.creation_operation_id
+       JOIN tasks t ON t.id = c.task_id AND t.lifecycle_state = 'live' AND t.queued_for_step_id IS NULL
       WHERE c.state = 'retry_wait' AND c.deletion_operation_id IS NULL AND o.state = 'completed' AND c.attempt < ?
+        ${scope(workspaceId, 'c.workspace_id')}
+      ORDER BY c.updated_at ${limitSql(limit)}`,
+    [maxAttempts, ...scopeParams(workspaceId)],
+  );
+  return rows.map(toTarget);
+}
+
+/** `retry_wait` claims of completed operations that used up `maxAttempts` (plain read). */
+export async function findExhaustedDispatches(
+  db: Db,
+  maxAttempts: number,
+  limit = 200,
+  workspaceId?: string,
+): Promise<DispatchTarget[]> {
+  const rows = await readRows<ClaimRow>(
+    db,
+    `SELECT ${CLAIM_COLUMNS_OF_C} FROM task_launch_dispatch_claims c
+      WHERE c.state = 'retry_wait' AND c.deletion_operation_id IS NULL AND c.attempt >= ?
         ${scope(workspaceId, 'c.workspace_id')}
       ORDER BY c.updated_at ${limitSql(limit)}`,
     [maxAttempts, ...scopeParams(workspaceId)],

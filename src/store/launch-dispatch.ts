@@ -136,22 +136,35 @@ async function claimOnceLocked(
   );
   if ('refused' in p) return { refused: p.refused as string };
   if (p.workspaceState !== 'active') return { refused: `workspace is ${p.workspaceState}` };
+  // A task marked done before its agent started launches nothing (MarkTaskDone cancels its pending claim).
+  if (p.task.lifecycle_state !== 'live') return { refused: `task is ${p.task.lifecycle_state}` };
   // The task moved between the peek and its lock: the lock taken may be the wrong step's. Start over.
   if (p.task.workflow_step_id !== placement.stepId) return 'moved';
   const op: OperationRow = p.op;
   const idem = dispatchIdempotencyKey(op.id, target.sessionId);
-  const existing = await tx.one<{ id: string; state: string; generation: number }>(
-    'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
+  type ClaimRow = { id: string; state: string; generation: number; lifecycle_generation: number };
+  const existing = await tx.one<ClaimRow>(
+    'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
     [op.id, op.task_id, target.sessionId],
   );
-  let row = existing;
-  if (row) {
-    tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', row.id);
-    row = (await tx.one<{ id: string; state: string; generation: number }>(
-      'SELECT id, state, generation FROM task_launch_dispatch_claims WHERE id = ? FOR UPDATE',
-      [row.id],
+  let row: Pick<ClaimRow, 'id' | 'state' | 'generation'> | undefined = existing;
+  if (existing) {
+    tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', existing.id);
+    const locked = (await tx.one<ClaimRow>(
+      'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE id = ? FOR UPDATE',
+      [existing.id],
     ))!;
-    if (row.state !== 'planned' && row.state !== 'retry_wait') return { refused: `dispatch claim is ${row.state}` };
+    row = locked;
+    if (locked.state !== 'planned' && locked.state !== 'retry_wait') {
+      return { refused: `dispatch claim is ${locked.state}` };
+    }
+    // The launch is bound to the task's lifecycle generation it was claimed for (spec: "the armed launch intent
+    // matches that lifecycle generation"): a task whose lifecycle moved on launches nothing under this claim.
+    if (Number(locked.lifecycle_generation) !== p.task.lifecycle_generation) {
+      return {
+        refused: `the task's lifecycle generation is ${p.task.lifecycle_generation}, the claim's ${locked.lifecycle_generation}`,
+      };
+    }
     if (expectedGeneration !== undefined && Number(row.generation) !== expectedGeneration) {
       return { refused: `stale launch job for generation ${expectedGeneration}; the claim is at ${row.generation}` };
     }
@@ -159,6 +172,9 @@ async function claimOnceLocked(
   // The WIP gate (store/wip-admission.ts): a task without a slot takes a free one or waits in its step's queue.
   const admit = !p.task.wip_admitted;
   if (admit && limited && (await admittedCountLocked(tx, placement.stepId!)) >= placement.wipLimit) {
+    // Refusals first, so a launch that could never start writes nothing (the locked check below stays the rule).
+    const session = await tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ?', [target.sessionId]);
+    if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
     await enqueueLocked(tx, op.task_id, placement.stepId!);
     return { queued: placement.stepId! };
   }

@@ -173,11 +173,14 @@ export async function deleteTaskEffectsLocked(
           : d.state;
     if (to === 'cancelled') cancelledLaunches++;
     if (to === 'transferred') transferredLaunches++;
+    // A transferred claim keeps its lease's end (as renewed up to this UPDATE, which waits for any renewal in
+    // flight): its stop job finishes only once that time has passed on the database clock, when the fenced
+    // worker can no longer start anything (src/cleanup/deleted-task.ts). Nothing renews it after this.
     await tx.exec(
       `UPDATE task_launch_dispatch_claims SET state = ?, deletion_operation_id = ?, lease_owner = NULL,
-              lease_expires_at = NULL, updated_at = ${tx.now}
+              lease_expires_at = CASE WHEN ? = 'transferred' THEN lease_expires_at ELSE NULL END, updated_at = ${tx.now}
         WHERE id = ? AND state = ?`,
-      [to, ctx.deletionId, d.id, d.state],
+      [to, ctx.deletionId, to, d.id, d.state],
     );
   }
   // 7 (already held): an armed intent never dispatched is cancelled by workspace deletion.

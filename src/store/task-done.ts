@@ -7,11 +7,19 @@
  * transition; the event's delivery promotes and launches
  * (`store/deferred-launch.ts`, `outbox/dispatcher.ts`).
  *
- * One transaction, in the global lock order: workspace 1 (share); the task
- * rows of the task, the tasks it blocks and their other blockers 5.2 (FOR
- * UPDATE, ascending UUID — two blockers of one task marked done at once
- * serialize here, so the later one sees the earlier one done and fires the
- * event exactly once); outbox rows 16 (ascending event ID). Completing a
+ * A done task is no longer work in progress: it gives back its WIP slot (or
+ * leaves its step's queue), the freed slot admits the step's oldest queued
+ * task (returned in `admitted`; the caller wakes its launch), and a launch
+ * that never started (claim `planned`/`retry_wait`) is cancelled
+ * (`task_done`, session `stopped`); a running agent is left alone.
+ *
+ * One transaction, in the global lock order: workspace 1 (share); the
+ * task's admission step 2 (when it holds a slot or queues); the task rows of
+ * the task, the tasks it blocks and their other blockers, and the promoted
+ * queue heads 5.2 (FOR UPDATE, ascending UUID — two blockers of one task
+ * marked done at once serialize here, so the later one sees the earlier one
+ * done and fires the event exactly once); the task's pending dispatch claims
+ * 8.2 and their sessions 9; outbox rows 16 (ascending event ID). Completing a
  * creation writes its task row under the same 5.2 lock, so a task's
  * `creation_state` read here is exact.
  * - task absent: `not_found`; still being created (`preparing|completing`)
@@ -34,8 +42,8 @@
  * revision + 1, `awaits_blockers` false, and one `task.dependencies_resolved`
  * event at that revision (unique per task and revision) naming its creation
  * operation, start policy and this task. The blocker edges are read before
- * the locks and again under them; when they differ, the command restarts
- * from tier 1.
+ * the locks and again under them; when they differ (or the task's placement
+ * changed under a concurrent move), the command restarts from tier 1.
  */
 import { randomUUID } from 'node:crypto';
 import { canonicalJson } from '../canonical/canonical-json';
@@ -43,6 +51,15 @@ import { payloadHash } from '../canonical/hash';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, runTransaction, type Db, type Tx } from '../db/tx';
+import { endDispatchLocked } from './launch-dispatch-end';
+import {
+  admitLocked,
+  lockAdmissionStepsLocked,
+  placementOf,
+  promotionHeadsLocked,
+  releaseSlotLocked,
+  type Placement,
+} from './wip-admission';
 
 export interface MarkDoneResult {
   task_id: string;
@@ -52,6 +69,8 @@ export interface MarkDoneResult {
   dependencies_resolved: string[];
   /** Tasks whose last blocker this was that are still being created: their Complete fires the event. */
   resolution_pending: string[];
+  /** Queued tasks the done task's freed WIP slot admitted (the caller wakes their launches). */
+  admitted: string[];
 }
 
 export interface ResolvedEvent {
@@ -97,6 +116,9 @@ interface Edge {
 
 interface TaskRow {
   id: string;
+  workflow_step_id: string | null;
+  wip_admitted: unknown;
+  queued_for_step_id: string | null;
   workspace_id: string;
   creation_state: string;
   lifecycle_state: string;
@@ -120,8 +142,12 @@ async function readEdges(tx: Tx, taskId: string): Promise<Edge[]> {
 }
 
 async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult | 'moved'> {
-  const peek = await tx.one<{ workspace_id: string }>('SELECT workspace_id FROM tasks WHERE id = ?', [taskId]);
+  const peek = await tx.one<{ workspace_id: string } & Placement>(
+    'SELECT workspace_id, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ?',
+    [taskId],
+  );
   if (!peek) throw new TaskLedgerError('not_found', `task ${taskId} does not exist`, { task_id: taskId });
+  const held = placementOf(peek);
   const before = await readEdges(tx, taskId);
   tx.lockRow(TIER.WORKSPACE, 'workspaces', peek.workspace_id);
   const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
@@ -132,10 +158,16 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
       workspace_id: peek.workspace_id,
     });
   }
-  const ids = [...new Set([taskId, ...before.flatMap((e) => [e.task_id, e.blocker_task_id])])].sort();
+  // Tier 2: the admission lock of the step whose slot or queue the task leaves; the freed slot's queue heads.
+  const stepId = held.wip_admitted || held.queued_for_step_id !== null ? held.workflow_step_id : null;
+  const steps = await lockAdmissionStepsLocked(tx, stepId === null ? [] : [stepId]);
+  const step = stepId === null ? undefined : steps.get(stepId);
+  const heads = held.wip_admitted && step ? (await promotionHeadsLocked(tx, step, 1)).map((h) => h.task_id) : [];
+  const ids = [...new Set([taskId, ...before.flatMap((e) => [e.task_id, e.blocker_task_id]), ...heads])].sort();
   for (const id of ids) tx.lockRow(TIER.TASK, 'tasks', id);
   const locked = await tx.rows<TaskRow>(
-    `SELECT id, workspace_id, creation_state, lifecycle_state, start_policy, creation_operation_id, revision, awaits_blockers
+    `SELECT id, workspace_id, creation_state, lifecycle_state, start_policy, creation_operation_id, revision, awaits_blockers,
+            workflow_step_id, wip_admitted, queued_for_step_id
        FROM tasks WHERE id IN (${ids.map(() => '?').join(', ')}) ORDER BY id FOR UPDATE`,
     ids,
   );
@@ -144,11 +176,18 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
   const rows = new Map(locked.map((r) => [r.id, r]));
   const task = rows.get(taskId);
   if (!task) return 'moved';
+  const now = placementOf(task);
+  const samePlace =
+    now.workflow_step_id === held.workflow_step_id &&
+    now.wip_admitted === held.wip_admitted &&
+    now.queued_for_step_id === held.queued_for_step_id;
+  if (!samePlace) return 'moved';
   const result = {
     task_id: taskId,
     workspace_id: task.workspace_id,
     dependencies_resolved: [] as string[],
     resolution_pending: [] as string[],
+    admitted: [] as string[],
   };
   if (task.creation_state !== 'completed' || task.lifecycle_state === 'deleted') {
     throw new ConflictError(
@@ -164,6 +203,11 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
     `UPDATE tasks SET lifecycle_state = 'done', updated_at = ${tx.now} WHERE id = ? AND lifecycle_state = 'live'`,
     [taskId],
   );
+  if (stepId !== null) {
+    await releaseSlotLocked(tx, taskId);
+    await admitLocked(tx, heads);
+  }
+  await cancelPendingLaunchesLocked(tx, taskId);
   const done = (id: string): boolean => id === taskId || rows.get(id)?.lifecycle_state === 'done';
   // Every live task that awaits its blockers and whose blockers are now all done; those created get their event
   // now, those still being created from their own Complete's phase B, which locks these same blocker rows.
@@ -193,7 +237,31 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
       resolvedBy: taskId,
     });
   }
-  return { ...result, already_done: false, dependencies_resolved: resolved, resolution_pending: pending };
+  return {
+    ...result,
+    already_done: false,
+    dependencies_resolved: resolved,
+    resolution_pending: pending,
+    admitted: heads,
+  };
+}
+
+/** A launch of the done task that never started ends `cancelled` (`task_done`); a started one is left alone. */
+async function cancelPendingLaunchesLocked(tx: Tx, taskId: string): Promise<void> {
+  const pending = await tx.rows<{ id: string; session_id: string; state: string }>(
+    `SELECT id, session_id, state FROM task_launch_dispatch_claims
+      WHERE task_id = ? AND state IN ('planned', 'retry_wait') AND deletion_operation_id IS NULL ORDER BY id`,
+    [taskId],
+  );
+  for (const c of pending) {
+    await endDispatchLocked(
+      tx,
+      { dispatchId: c.id, sessionId: c.session_id },
+      { sql: 'state = ?', params: [c.state] },
+      'prepared',
+      { code: 'task_done', message: 'the task was marked done before its agent started' },
+    );
+  }
 }
 
 export async function markTaskDone(db: Db, taskId: string): Promise<MarkDoneResult> {

@@ -139,9 +139,11 @@ async function moveOnce(tx: Tx, taskId: string, targetStepId: string): Promise<M
   if (!mine || mine.workflow_step_id !== from) return 'moved';
   const placement = placementOf(mine);
 
+  // Count the target's slots before the task enters it: once moved, a task holding a slot would count itself.
+  const targetAdmitted = await admittedCountLocked(tx, targetStepId);
   await tx.exec(`UPDATE tasks SET workflow_step_id = ?, updated_at = ${tx.now} WHERE id = ?`, [targetStepId, taskId]);
   if (placement.wip_admitted || placement.queued_for_step_id !== null) {
-    if (hasFreeSlot(target, await admittedCountLocked(tx, targetStepId))) {
+    if (hasFreeSlot(target, targetAdmitted)) {
       if (!placement.wip_admitted) {
         await admitLocked(tx, [taskId]);
         result.admitted.push(taskId);

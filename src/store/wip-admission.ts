@@ -100,14 +100,16 @@ export async function admitLocked(tx: Tx, taskIds: readonly string[]): Promise<v
   );
 }
 
-/** Puts the task at the back of the step's queue (keeps its place when it already waits there). */
+/**
+ * Puts the task at the back of the step's queue. A task already waiting there keeps its place and nothing is
+ * written (a repeated wake-up of a queued task changes no row).
+ */
 export async function enqueueLocked(tx: Tx, taskId: string, stepId: string): Promise<void> {
   await tx.exec(
-    `UPDATE tasks SET wip_admitted = ?, admitted_at = NULL,
-            queued_at = CASE WHEN queued_for_step_id = ? THEN queued_at ELSE ${tx.now} END,
-            queued_for_step_id = ?, updated_at = ${tx.now}
-      WHERE id = ?`,
-    [false, stepId, stepId, taskId],
+    `UPDATE tasks SET wip_admitted = ?, admitted_at = NULL, queued_at = ${tx.now}, queued_for_step_id = ?,
+            updated_at = ${tx.now}
+      WHERE id = ? AND (queued_for_step_id IS NULL OR queued_for_step_id <> ?)`,
+    [false, stepId, taskId, stepId],
   );
 }
 

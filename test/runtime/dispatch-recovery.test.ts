@@ -143,10 +143,10 @@ describe('launch-dispatch recovery', () => {
     expect(await sessionState(s.sessionId)).toBe('starting');
 
     // A live lease is never expired or observed.
-    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0 });
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0, exhausted: 0 });
 
     await backdateClaim(s.res.operationId);
-    expect(await s.recover()).toEqual({ reconciled: 0, retried: 1, left: 0, expired: 1, woken: 1 });
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 1, left: 0, expired: 1, woken: 1, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({
       state: 'retry_wait',
       generation: 2,
@@ -166,7 +166,7 @@ describe('launch-dispatch recovery', () => {
     expect(await count(t.db, 'executors_running', 'session_id = ?', [s.sessionId])).toBe(1);
     // The outbox's first wake-up redelivered, and another pass: nothing more starts.
     expect(await processLaunchJob(s.worker('w3'), s.job)).toBe('skipped');
-    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0 });
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0, exhausted: 0 });
     expect(findDispatchProcesses(s.key)).toHaveLength(1);
     expect(s.starts()).toBe(1);
   });
@@ -182,7 +182,7 @@ describe('launch-dispatch recovery', () => {
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'running', generation: 1 });
 
     await backdateClaim(s.res.operationId);
-    expect(await s.recover()).toEqual({ reconciled: 1, retried: 0, left: 0, expired: 1, woken: 0 });
+    expect(await s.recover()).toEqual({ reconciled: 1, retried: 0, left: 0, expired: 1, woken: 0, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'succeeded', generation: 1, error_code: null });
     expect(await sessionState(s.sessionId)).toBe('running');
     const runtimes = await sql<{ pid: number; state: string; dispatch_claim_id: string }>(
@@ -204,7 +204,7 @@ describe('launch-dispatch recovery', () => {
     // Redelivered wake-ups and later passes start nothing.
     expect(await processLaunchJob(s.worker('w2'), s.job)).toBe('skipped');
     expect(await processLaunchJob(s.worker('w3'), { ...s.job, generation: 1 })).toBe('skipped');
-    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0 });
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0, exhausted: 0 });
     expect(findDispatchProcesses(s.key)).toEqual([pid]);
     expect(s.starts()).toBe(1);
   });
@@ -337,8 +337,8 @@ describe('launch-dispatch recovery', () => {
     await backdateClaim(s.res.operationId);
     const lines: string[] = [];
     const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
-    expect(await s.recover(log)).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0 });
-    expect(await s.recover(log)).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 0, woken: 0 });
+    expect(await s.recover(log)).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0, exhausted: 0 });
+    expect(await s.recover(log)).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 0, woken: 0, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({
       state: 'unknown',
       generation: 1,
@@ -363,7 +363,7 @@ describe('launch-dispatch recovery', () => {
     const elsewhere = { ...s.worker('unused'), workerId: 'another-host:4242:abcd' };
     await expect(processLaunchJob(elsewhere, s.job)).rejects.toBeInstanceOf(FailpointError);
     await backdateClaim(s.res.operationId);
-    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0 });
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'unknown', generation: 1 });
     // The Store refuses a forged proof from this host too, with zero writes.
     const [target] = await findUnknownDispatches(t.db, 10, s.ws.workspaceId);
@@ -395,7 +395,7 @@ describe('launch-dispatch recovery', () => {
       [randomUUID(), s.res.operationId],
     );
     const before = await claimRow(s.res.operationId);
-    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0 });
+    expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toEqual(before);
   });
 });

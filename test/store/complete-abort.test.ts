@@ -383,8 +383,26 @@ describe('compensation, transfer and Abort', () => {
     expect(await c.snap()).toBe(before);
   });
 
-  it('an untouched plan aborts directly (no effect exists)', async () => {
+  it('an untouched plan does not abort: the predicate needs a permanently failed step (zero writes)', async () => {
     const c = await created();
+    const before = await c.snap();
+    const err = await abortTaskCreation(t.db, c.auth, 'caller_cancelled').catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'creation_state_conflict' });
+    expect((err as Error).message).toContain('permanently failed step');
+    expect(await c.snap()).toBe(before);
+  });
+
+  it('a plan whose only touched step failed permanently aborts directly (no effect exists)', async () => {
+    const c = await created({ start_agent: false, agent_profile_id: null, repositories: [], contributions: [] });
+    const rows = await stepRows(t.db, c.res.operationId);
+    const wsStep = rows.find((r) => r.kind === 'workspace_attachment')!;
+    const w = await claimTaskCreationStep(
+      t.db,
+      c.auth,
+      { kind: 'workspace_attachment', stepKey: wsStep.step_key },
+      'w1',
+    );
+    await failTaskCreationStep(t.db, w, permanentFailure(w));
     const result = await abortTaskCreation(t.db, c.auth, 'caller_cancelled');
     expect(result.replayed).toBe(false);
     expect(await count(t.db, 'tasks', 'id = ?', [c.res.task.id])).toBe(0);

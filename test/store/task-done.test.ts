@@ -62,6 +62,7 @@ describe('MarkTaskDone', () => {
     const ws = await world();
     const a = await created(ws, { title: 'a' });
     expect(await markTaskDone(t.db, a.task.id)).toEqual({
+      admitted: [],
       task_id: a.task.id,
       workspace_id: ws.workspaceId,
       already_done: false,

@@ -114,6 +114,12 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
       // Authorized on the task's workspace first: an outsider learns nothing, not even that the task exists.
       await authorizeTask(db, req);
       const result = await markTaskDone(db, req.params.id);
+      if (result.admitted.length > 0 && deps.wakeLaunches) {
+        // The admissions are committed; a lost wake-up only delays the launch to the reaper's next sweep.
+        await deps.wakeLaunches(result.admitted).catch((err: unknown) => {
+          req.log.warn({ err, task_ids: result.admitted }, 'could not wake the launches of admitted tasks');
+        });
+      }
       if (result.dependencies_resolved.length > 0 && deps.wakeOutbox) {
         // The events are committed; a failed wake-up only delays them to the reaper's next sweep.
         await deps.wakeOutbox(result.workspace_id).catch((err: unknown) => {
@@ -126,6 +132,7 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
         already_done: result.already_done,
         dependencies_resolved: result.dependencies_resolved,
         resolution_pending: result.resolution_pending,
+        promoted: result.admitted,
       };
     });
     done();
