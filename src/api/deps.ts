@@ -10,6 +10,7 @@ import type { CreateTaskFn } from '../coordinator/create-task';
 import type { Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
+import type { OperatorResolveDeps } from '../runtime/operator-resolve';
 
 export interface ApiDeps {
   db: Db;
@@ -28,6 +29,11 @@ export interface ApiDeps {
   wakeLaunches?: (taskIds: string[]) => Promise<void>;
   /** Runs a cleanup pass soon (a deletion handed effects to cleanup jobs); else the periodic pass does. */
   wakeCleanup?: () => Promise<void>;
+  /**
+   * What an operator's step resolution is checked against (runtime/operator-resolve.ts); default: the step kinds'
+   * observers with this process's data directory and provider clients.
+   */
+  stepObserver?: OperatorResolveDeps;
   /** Enqueues a workspace deletion's cascade on the reaper queue; else the reaper's next sweep runs it. */
   startWorkspaceDeletion?: (deletionId: string, workspaceId: string) => Promise<void>;
 }

@@ -6,7 +6,8 @@
  *   message}}`; not_authorized -> 404 `{error:"task not created"}` (the
  *   caller learns nothing else); not_found -> 404; task_identity_reused,
  *   creation_state_conflict, capacity_conflict, task_deleted, workflow_mismatch,
- *   workspace_deleting, stale_claim, handle_mismatch, evidence_mismatch -> 409 `{error: code, detail}`; anything else -> 500
+ *   workspace_deleting, observation_disagrees, stale_claim, handle_mismatch, evidence_mismatch -> 409
+ *   `{error: code, detail}`; anything else -> 500
  *   `{error:"internal"}`, logged.
  * - `HttpError`: refusals that exist only at the HTTP surface (401, 403, 413,
  *   415, an aborted creation's 422).
@@ -57,6 +58,7 @@ const CONFLICTS: ReadonlySet<ErrorCode> = new Set([
   'task_deleted',
   'workflow_mismatch',
   'workspace_deleting',
+  'observation_disagrees',
   'stale_claim',
   'handle_mismatch',
   'evidence_mismatch',

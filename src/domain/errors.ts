@@ -33,6 +33,8 @@ export const ERROR_CODES = [
   'workflow_mismatch',
   /** The workspace is being deleted (or was): nothing new happens in it. Zero writes. */
   'workspace_deleting',
+  /** An operator's resolution of a step disagrees with what the system observes now. Zero writes. */
+  'observation_disagrees',
   /** A lock was requested out of global tier order (a programming error). */
   'lock_order_violation',
   /** The command kept hitting deadlocks or serialization failures. */
@@ -77,7 +79,8 @@ export class ConflictError extends TaskLedgerError {
       | 'capacity_conflict'
       | 'task_deleted'
       | 'workflow_mismatch'
-      | 'workspace_deleting',
+      | 'workspace_deleting'
+      | 'observation_disagrees',
     message: string,
     detail: Record<string, unknown> = {},
   ) {

@@ -282,6 +282,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       createTask,
       queues: queues.all(),
       metrics,
+      stepObserver: { effects, handlers },
       wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
       wakeLaunches: async (taskIds) => {
         await wakeLaunches(launchWaker, taskIds);

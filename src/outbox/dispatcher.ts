@@ -65,8 +65,16 @@ export interface DeliveryOptions {
  * workspace) marked delivered after this pass read its batch. That check
  * shares its round trip with the launch intents' read; any other event's
  * delivery is only the subscribers, and a repeat costs no more than the check.
+ *
+ * `held`: a deferred start whose promotion the ledger refused with a
+ * contradiction (rows that do not match their plan). The event is not
+ * delivered — delivering it would consume the start — and stays for the next
+ * pass (its `delivery_attempts` counts the tries; the workspace's event feed,
+ * which never skips an undelivered event, waits at it, and `taskledger
+ * verify` reports it). A promotion that has nothing left to launch (the task
+ * is done or deleted, the workspace is being deleted) consumes the event.
  */
-async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOptions): Promise<boolean> {
+async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOptions): Promise<boolean | 'held'> {
   const immediate = event.type === 'task.created' && event.payload.start_policy === 'immediate';
   const unblocked = event.type === 'task.dependencies_resolved' && event.payload.start_policy === 'deferred';
   if (unblocked) {
@@ -77,14 +85,18 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOp
       promotion = await promoteDeferredLaunch(deps.db, event.operation_id, PROMOTION_ACTOR);
     } catch (err) {
       // A ledger that refuses this operation (rows that do not match their plan) must not hold up the workspace's
-      // other events: the start stays unpromoted, and `taskledger verify` reports it. Anything else (a transient
-      // failure, a bug such as a lock-order violation) throws, and the pass is retried.
+      // other launches, nor consume this start: the event stays undelivered and is tried again by the next pass.
+      // Anything else (a transient failure, a bug such as a lock-order violation) throws, and the pass is retried.
       if (!isTaskLedgerError(err) || !LEDGER_REFUSALS.has(err.code)) throw err;
-      deps.log.error({ err, operation_id: event.operation_id }, 'deferred start refused by the ledger: not launched');
+      deps.log.error(
+        { err, operation_id: event.operation_id, event_id: event.event_id },
+        'deferred start refused by the ledger: its event is held undelivered (docs/recovery.md)',
+      );
       deps.metrics?.jobsSkipped.inc({ queue: 'outbox', reason: err.code });
-      promotion = { refused: err.message };
+      return 'held';
     }
     if ('refused' in promotion) {
+      // Nothing left to launch (the task is no longer live, the workspace is being deleted): the event is consumed.
       deps.log.info({ operation_id: event.operation_id, reason: promotion.refused }, 'deferred start not promoted');
     }
   }
@@ -124,13 +136,17 @@ export async function processOutboxJob(
   options: DeliveryOptions = {},
 ): Promise<number> {
   let delivered = 0;
+  // Past the events this pass already handled (a held one stays undelivered: the next read must not return it).
+  let after: string | null = null;
   for (;;) {
-    const rows = await readRows<Omit<OutboxEvent, 'payload'> & { payload_json: string }>(
+    const rows: (Omit<OutboxEvent, 'payload'> & { payload_json: string })[] = await readRows(
       deps.db,
       `SELECT seq, event_id, type, task_id, operation_id, revision, payload_json FROM event_outbox
-        WHERE workspace_id = ? AND delivered_at IS NULL ORDER BY seq LIMIT ${BATCH}`,
-      [job.workspaceId],
+        WHERE workspace_id = ? AND delivered_at IS NULL ${after === null ? '' : 'AND seq > ?'}
+        ORDER BY seq LIMIT ${BATCH}`,
+      after === null ? [job.workspaceId] : [job.workspaceId, after],
     );
+    if (rows.length > 0) after = String(rows[rows.length - 1]!.seq);
     if (rows.length === 0) return delivered;
     for (const row of rows) {
       const event: OutboxEvent = {
@@ -138,7 +154,18 @@ export async function processOutboxJob(
         seq: String(row.seq),
         payload: parseCanonical(row.payload_json) as Record<string, unknown>,
       };
-      if (!(await deliver(deps, event, options))) continue;
+      const outcome = await deliver(deps, event, options);
+      if (outcome === 'held') {
+        await runTransaction(deps.db, 'NoteOutboxHeld', async (tx) => {
+          tx.lockRow(TIER.OUTBOX, 'event_outbox', event.event_id);
+          await tx.exec(
+            'UPDATE event_outbox SET delivery_attempts = delivery_attempts + 1 WHERE event_id = ? AND delivered_at IS NULL',
+            [event.event_id],
+          );
+        });
+        continue;
+      }
+      if (!outcome) continue;
       const marked = await runTransaction(deps.db, 'MarkOutboxDelivered', async (tx) => {
         tx.lockRow(TIER.OUTBOX, 'event_outbox', event.event_id);
         return tx.exec(

@@ -255,6 +255,16 @@ export function checkOperation(rec: OperationRecord): Drift[] {
     if (promotable && resolved?.delivered_at != null && rec.steps.length === p.steps.length) {
       emit('step_set', `operation ${op.id}`, `${RESOLVED} was delivered, but the deferred start was never promoted`);
     }
+    // The dispatcher holds the event undelivered when the ledger refuses the promotion (a contradiction).
+    if (promotable && resolved && resolved.delivered_at == null && Number(resolved.delivery_attempts) > 0) {
+      if (rec.steps.length === p.steps.length) {
+        emit(
+          'step_set',
+          `operation ${op.id}`,
+          `${RESOLVED} is held undelivered after ${Number(resolved.delivery_attempts)} attempt(s): the ledger refused its deferred start's promotion`,
+        );
+      }
+    }
   }
   for (const step of rec.steps) checkStep(emit, step, plan);
   checkEvents(emit, rec);

@@ -26,6 +26,7 @@ export interface EventRow {
   payload_sha256: string;
   created_at: Date;
   delivered_at: Date | null;
+  delivery_attempts: number | string;
 }
 
 export interface DispatchClaimRow {
@@ -101,7 +102,7 @@ async function readChildren(read: SnapshotReader, ids: string[], taskIds: string
       ids,
     ),
     await read<EventRow>(
-      `SELECT event_id, operation_id, task_id, revision, type, payload_json, payload_sha256, created_at, delivered_at
+      `SELECT event_id, operation_id, task_id, revision, type, payload_json, payload_sha256, created_at, delivered_at, delivery_attempts
          FROM event_outbox WHERE operation_id IN (${inOps}) ORDER BY seq`,
       ids,
     ),

@@ -2,10 +2,15 @@
  * Creation-operation reads, keyset pagination, operator step resolution, and
  * the delivered-events feed, over the real API and database.
  */
+import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { payloadHash } from '../../src/canonical/hash';
+import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
+import { silentLogger } from '../../src/log';
+import { createProviderRegistry } from '../../src/providers/registry';
+import { defaultStepHandlers } from '../../src/steps';
 import { failTaskCreationStep } from '../../src/store/step-results';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { sql, useTestDb } from '../support/db';
@@ -132,7 +137,7 @@ describe('GET /creation-operations', () => {
 });
 
 describe('POST /creation-operations/:id/steps/:step_key/resolve', () => {
-  it('an operator resolves an unknown step from proof; members get 403; a planned step is 409', async () => {
+  it('an operator resolves an unknown step once a fresh observation agrees; members get 403; a running step is 409', async () => {
     const ws = await seedWorkspace(t.db);
     const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
     const auth = { kind: 'handle' as const, handle: res.handle! };
@@ -159,18 +164,35 @@ describe('POST /creation-operations/:id/steps/:step_key/resolve', () => {
     });
     expect(extra.status).toBe(400);
     expect(extra.body.detail.field).toBe('/proof/note');
-    // Evidence naming another step is refused by the Store's closed schema; an unknown step key is 404.
+    // The launch intent shares the session's key: it is planned, not unknown (409); an unknown step key is 404.
     const wrongKind = await call(api.app, 'POST', url, {
       token: api.adminToken,
       body: { kind: 'launch_intent', proof },
     });
-    expect(wrongKind.status).toBe(400);
-    expect(wrongKind.body).toMatchObject({ error: 'invalid_document', detail: { field: '/kind' } });
+    expect(wrongKind.status).toBe(409);
+    expect(wrongKind.body.error).toBe('creation_state_conflict');
     const noStep = await call(api.app, 'POST', url.replace(encodeURIComponent(key), 'no-such-step'), {
       token: api.adminToken,
       body: { kind: 'session_prepare', proof },
     });
     expect(noStep.status).toBe(404);
+
+    // The session rows do not exist: "succeeded" disagrees with what is observed, and nothing is written.
+    const wrong = await call(api.app, 'POST', url, {
+      token: api.adminToken,
+      body: { kind: 'session_prepare', proof: { resolution: 'succeeded' } },
+    });
+    expect(wrong.status).toBe(409);
+    expect(wrong.body).toMatchObject({
+      error: 'observation_disagrees',
+      detail: { needed: 'present_exact', observed: 'absent_proven' },
+    });
+    const still = await sql<{ state: string }>(
+      t.db,
+      "SELECT state FROM task_creation_steps WHERE operation_id = ? AND step_key = ? AND kind = 'session_prepare'",
+      [res.operationId, key],
+    );
+    expect(still[0]!.state).toBe('unknown');
 
     const ok = await call(api.app, 'POST', url, { token: api.adminToken, body: { kind: 'session_prepare', proof } });
     expect(ok.status).toBe(200);
@@ -179,6 +201,7 @@ describe('POST /creation-operations/:id/steps/:step_key/resolve', () => {
       kind: 'session_prepare',
       step_key: key,
       state: 'retry_wait',
+      observed: 'absent_proven',
     });
     const after = await call(api.app, 'GET', `/api/v1/creation-operations/${res.operationId}`, {
       token: api.adminToken,
@@ -191,6 +214,98 @@ describe('POST /creation-operations/:id/steps/:step_key/resolve', () => {
       body: { kind: 'session_prepare', proof },
     });
     expect(missing.status).toBe(404);
+  });
+});
+
+describe('an operator resolution is checked against a fresh observation', () => {
+  it('refuses what the world contradicts (409, zero writes) and accepts what it proves', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { repositories: [{ repository_id: ws.repositoryId }] });
+    const auth = { kind: 'handle' as const, handle: res.handle! };
+    const [row] = await sql<{ step_key: string }>(
+      t.db,
+      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'fresh_branch_prepare'",
+      [res.operationId],
+    );
+    const key = row!.step_key;
+    // The worker created the worktree, then died before recording it; the step went unknown.
+    const claim = await claimTaskCreationStep(t.db, auth, { kind: 'fresh_branch_prepare', stepKey: key }, 'w1');
+    const effects = {
+      db: t.db,
+      dataDir: api.dataDir,
+      providers: createProviderRegistry({ timeoutMs: 2000 }),
+      log: silentLogger(),
+      timeoutMs: 10_000,
+    };
+    armFailpoint('after_effect_before_record', { kind: 'throw' }, { times: 1 });
+    await expect(
+      defaultStepHandlers.fresh_branch_prepare.perform(effects, claim as never, async () => {}),
+    ).rejects.toBeInstanceOf(FailpointError);
+    disarmAll();
+    expect(await failTaskCreationStep(t.db, claim, ambiguousFailure())).toBe('unknown');
+    const url = `/api/v1/creation-operations/${res.operationId}/steps/${encodeURIComponent(key)}/resolve`;
+    const resolve = (resolution: string) =>
+      call(api.app, 'POST', url, {
+        token: api.adminToken,
+        body: { kind: 'fresh_branch_prepare', proof: { resolution } },
+      });
+    const stepNow = async () =>
+      (
+        await sql<{ state: string; generation: number | string }>(
+          t.db,
+          "SELECT state, generation FROM task_creation_steps WHERE operation_id = ? AND kind = 'fresh_branch_prepare'",
+          [res.operationId],
+        )
+      ).map((r) => ({ state: r.state, generation: Number(r.generation) }))[0];
+    const before = await stepNow();
+
+    // "succeeded": the worktree exists but its rows were never recorded (a retry adopts it): refused.
+    const early = await resolve('succeeded');
+    expect(early.status).toBe(409);
+    expect(early.body).toMatchObject({
+      error: 'observation_disagrees',
+      detail: { needed: 'present_exact', observed: 'absent_proven' },
+    });
+
+    // Someone committed in the worktree: it no longer is the step's effect, nor absent. "absent" would let a
+    // retry add a second worktree beside it: refused, whichever absent resolution is asked for.
+    const worktree = execFileSync('git', ['-C', ws.repoPath, 'worktree', 'list', '--porcelain'], { encoding: 'utf8' })
+      .split('\n')
+      .filter((l) => l.startsWith('worktree '))
+      .map((l) => l.slice('worktree '.length))
+      .find((p) => p !== ws.repoPath && !p.endsWith(ws.repoPath))!;
+    execFileSync('git', [
+      '-C',
+      worktree,
+      '-c',
+      'user.email=x@y',
+      '-c',
+      'user.name=x',
+      'commit',
+      '-q',
+      '--allow-empty',
+      '-m',
+      'x',
+    ]);
+    for (const resolution of ['retry_wait', 'failed', 'succeeded']) {
+      const refused = await resolve(resolution);
+      expect(refused.status).toBe(409);
+      expect(refused.body).toMatchObject({ error: 'observation_disagrees', detail: { observed: 'conflict' } });
+      expect(refused.body.detail.reason).toContain('worktree');
+    }
+    expect(await stepNow()).toEqual(before);
+
+    // The operator removes it (worktree and branch): now absence is proven and the retry is accepted.
+    execFileSync('git', ['-C', ws.repoPath, 'worktree', 'remove', '--force', worktree]);
+    const branch = execFileSync('git', ['-C', ws.repoPath, 'branch', '--format=%(refname:short)'], { encoding: 'utf8' })
+      .split('\n')
+      .map((b) => b.trim())
+      .filter((b) => b !== '' && b !== 'main');
+    for (const b of branch) execFileSync('git', ['-C', ws.repoPath, 'branch', '-D', b], { stdio: 'pipe' });
+    const ok = await resolve('retry_wait');
+    expect(ok.status).toBe(200);
+    expect(ok.body).toMatchObject({ state: 'retry_wait', observed: 'absent_proven' });
+    expect(await stepNow()).toEqual({ state: 'retry_wait', generation: before!.generation + 1 });
   });
 });
 

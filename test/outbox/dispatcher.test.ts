@@ -5,7 +5,9 @@
  * after this pass read its batch is skipped, with no second launch attempt
  * and no mark. A deferred start's `task.dependencies_resolved` is promoted
  * and launched; one whose promotion the ledger refuses holds up no other
- * event, and verify reports it. Both dialects.
+ * event and is itself held undelivered (not consumed), verify reports it,
+ * and once the contradiction is gone the next pass launches and delivers
+ * it. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -98,7 +100,7 @@ describe('outbox dispatcher', () => {
 });
 
 describe('a deferred start on delivery', () => {
-  it('is promoted and launched; one the ledger refuses holds up no other event and verify reports it', async () => {
+  it('is promoted and launched; one the ledger refuses is held (not consumed), holds up no other event, and launches once fixed', async () => {
     const ws = await seedWorkspace(t.db);
     const blockerTask = async (): Promise<string> => {
       const op = await completed(ws, false);
@@ -153,7 +155,17 @@ describe('a deferred start on delivery', () => {
       },
     );
     expect(launched.sort()).toEqual([good.operationId]);
-    expect(await undelivered(ws)).toBe(0);
+    // The refused start's event is held, not consumed; everything else was delivered.
+    expect(await undelivered(ws)).toBe(1);
+    const [held] = await sql<{ delivered_at: unknown; delivery_attempts: number | string }>(
+      t.db,
+      "SELECT delivered_at, delivery_attempts FROM event_outbox WHERE task_id = ? AND type = 'task.dependencies_resolved'",
+      [bad.taskId],
+    );
+    expect({ delivered: held!.delivered_at !== null, attempts: Number(held!.delivery_attempts) }).toEqual({
+      delivered: false,
+      attempts: 1,
+    });
     expect(await count(t.db, 'task_creation_steps', 'operation_id = ?', [bad.operationId])).toBe(
       (await count(t.db, 'task_creation_steps', 'operation_id = ?', [good.operationId])) - 2,
     );
@@ -163,7 +175,26 @@ describe('a deferred start on delivery', () => {
       { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
     );
     expect(report.drift.map((d) => `${d.code} ${d.operation_id} ${d.message}`)).toEqual([
-      `step_set ${bad.operationId} task.dependencies_resolved was delivered, but the deferred start was never promoted`,
+      `step_set ${bad.operationId} task.dependencies_resolved is held undelivered after 1 attempt(s): the ledger refused its deferred start's promotion`,
     ]);
+
+    // The operator removes the foreign session row: the next pass promotes, launches and delivers it.
+    await sql(t.db, 'DELETE FROM task_sessions WHERE id = ?', [sessionId]);
+    await processOutboxJob(
+      deps,
+      { workspaceId: ws.workspaceId },
+      {
+        launchInPlace: async (job: LaunchJob) => {
+          launched.push(job.operationId);
+        },
+      },
+    );
+    expect(launched.sort()).toEqual([good.operationId, bad.operationId].sort());
+    expect(await undelivered(ws)).toBe(0);
+    const clean = await verifyLedger(
+      { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+      { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
+    );
+    expect(clean.drift).toEqual([]);
   });
 });

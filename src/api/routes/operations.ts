@@ -7,13 +7,22 @@
  * GET  /creation-operations?state=&workspace_id=&limit=&cursor=   newest
  *   first, keyset-paginated (`next_cursor` is opaque). A member's list is
  *   confined to its workspace; naming another workspace is 404.
- * POST /creation-operations/:id/steps/:step_key/resolve {kind, proof:{resolution, evidence}}
- *   operator only (403 otherwise): ResolveTaskCreationStep with actor
- *   `operator:<principal_id>`; 200 {operation_id, kind, step_key, state}.
+ * POST /creation-operations/:id/steps/:step_key/resolve {kind, proof:{resolution, evidence?}}
+ *   operator only (403 otherwise). The step's effect is observed again now
+ *   (runtime/operator-resolve.ts); only when the observation agrees
+ *   (`succeeded` <- present_exact, `retry_wait`/`failed` <- absent_proven)
+ *   is it resolved, with the observation as evidence, under actor
+ *   `operator:<principal_id>`; 200 {operation_id, kind, step_key, state,
+ *   observed}. Disagreement: 409 `observation_disagrees` {needed, observed,
+ *   reason}, nothing written. A step that is not `unknown`: 409
+ *   `creation_state_conflict`. An `evidence` document is accepted for older
+ *   clients and not used: the system's observation is what is recorded.
  */
 import type { FastifyPluginCallback } from 'fastify';
 import { OPERATION_STATES, STEP_KINDS, type StepKind } from '../../domain/vocab';
-import { resolveTaskCreationStep, type ResolveProof } from '../../store/step-results';
+import { createProviderRegistry } from '../../providers/registry';
+import { resolveStepByOperator, type OperatorResolution } from '../../runtime/operator-resolve';
+import { defaultStepHandlers } from '../../steps';
 import { isUuid, mayRead, operatorOnly, principalOf, requireOperator } from '../auth';
 import type { ApiDeps } from '../deps';
 import { notFound } from '../errors';
@@ -39,7 +48,7 @@ const resolveBody = closed(
         resolution: { type: 'string', enum: ['succeeded', 'retry_wait', 'failed'] },
         evidence: { type: 'object' },
       },
-      ['resolution', 'evidence'],
+      ['resolution'],
     ),
   },
   ['kind', 'proof'],
@@ -47,6 +56,17 @@ const resolveBody = closed(
 
 export function operationRoutes(deps: ApiDeps): FastifyPluginCallback {
   const { db } = deps;
+  // What an operator's resolution is checked against: the step kinds' own observers, as the reaper runs them.
+  const observer = {
+    effects: {
+      db,
+      dataDir: deps.config.dataDir,
+      providers: createProviderRegistry({ timeoutMs: deps.config.effectTimeoutMs }),
+      log: deps.log,
+      timeoutMs: deps.config.effectTimeoutMs,
+    },
+    handlers: defaultStepHandlers,
+  };
   return function routes(app, _opts, done): void {
     app.get<{ Params: { id: string } }>('/creation-operations/:id', async (req) => {
       const principal = principalOf(req);
@@ -75,19 +95,32 @@ export function operationRoutes(deps: ApiDeps): FastifyPluginCallback {
       },
     );
 
-    app.post<{ Params: { id: string; step_key: string }; Body: { kind: StepKind; proof: ResolveProof } }>(
+    app.post<{
+      Params: { id: string; step_key: string };
+      Body: { kind: StepKind; proof: { resolution: OperatorResolution; evidence?: unknown } };
+    }>(
       '/creation-operations/:id/steps/:step_key/resolve',
       { onRequest: operatorOnly, schema: { body: resolveBody } },
       async (req) => {
         const principal = requireOperator(req);
         if (!isUuid(req.params.id)) throw notFound('creation operation');
-        const state = await resolveTaskCreationStep(
-          db,
-          { kind: 'operation', operationId: req.params.id, actor: `operator:${principal.principal_id}` },
-          { kind: req.body.kind, stepKey: req.params.step_key },
-          req.body.proof,
+        const r = await resolveStepByOperator(
+          deps.stepObserver ?? observer,
+          {
+            operationId: req.params.id,
+            kind: req.body.kind,
+            stepKey: req.params.step_key,
+            actor: `operator:${principal.principal_id}`,
+          },
+          req.body.proof.resolution,
         );
-        return { operation_id: req.params.id, kind: req.body.kind, step_key: req.params.step_key, state };
+        return {
+          operation_id: req.params.id,
+          kind: req.body.kind,
+          step_key: req.params.step_key,
+          state: r.state,
+          observed: r.observed,
+        };
       },
     );
     done();
