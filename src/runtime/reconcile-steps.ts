@@ -12,7 +12,7 @@
  *   credentials, Git or the file system failing, an observe that threw) ->
  *   the step stays `unknown`, with the verdict and reason noted on it and its
  *   next look paced (store/step-notes.ts): visible in `ops show`, the API's
- *   operation view, a warn line and `taskledger_unresolved_steps_total`, and
+ *   operation view, a warn line and `taskledger_reconciliations_total{kind,verdict}`, and
  *   resolvable by an operator (docs/recovery.md).
  * An agent runtime found for a session before Complete is handed to a
  * cleanup job that stops it (store/pre-complete-runtime.ts); the step is
