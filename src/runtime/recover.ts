@@ -8,7 +8,8 @@
  *
  * Actions, each through the Store method that re-verifies its own predicate:
  * - reconcile_unknown_step: observe every `unknown` step (the kind's
- *   `observe`), then resolve it only from that proof — present exactly →
+ *   `observe`, after its `removeUnrecorded` when it has one: an attachment
+ *   claim's unrecorded copies), then resolve it only from that proof — present exactly →
  *   `succeeded` (`armed` for a launch intent), proven absent → `retry_wait`,
  *   anything else stays `unknown` for an operator. An `unknown` compensation
  *   is settled by re-running its kind's undo under a fresh compensation claim
@@ -124,6 +125,8 @@ async function reconcileUnknownSteps(deps: RecoverDeps, claim: RecoveryClaim, co
     const handler = deps.handlers[step.kind] as StepHandler;
     let observation;
     try {
+      // What a dead worker provably left without a record is removed first (e.g. an attachment claim's copies).
+      if (handler.removeUnrecorded) await handler.removeUnrecorded(deps.effects, step, auth(claim));
       observation = await handler.observe(deps.effects, step);
     } catch (err) {
       log.warn({ err }, 'could not observe an unknown step; it stays unknown');
