@@ -5,6 +5,9 @@
 import { resolve } from 'node:path';
 import { dbConfigFromEnv, type DbConfig } from '../db/config';
 
+/** Why 7 days: long enough for a draft to be finished and submitted, short enough that abandoned uploads do not pile up. */
+export const DEFAULT_STAGED_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+
 export interface AppConfig {
   db: DbConfig;
   redisUrl: string;
@@ -18,6 +21,8 @@ export interface AppConfig {
   sweepMs: number;
   /** Git and provider call timeout. Why 15 s: local Git is milliseconds, provider APIs answer in under a second; 15 s fails a hung call well inside the lease. */
   effectTimeoutMs: number;
+  /** How long a staged upload waits for a creation to claim it before the reaper deletes it. Default DEFAULT_STAGED_TTL_MS. */
+  stagedTtlMs: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -39,5 +44,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig {
     leaseMs: int(env, 'TASKLEDGER_LEASE_MS', 30_000),
     sweepMs: int(env, 'TASKLEDGER_SWEEP_MS', 5_000),
     effectTimeoutMs: int(env, 'TASKLEDGER_EFFECT_TIMEOUT_MS', 15_000),
+    stagedTtlMs: int(env, 'TASKLEDGER_STAGED_TTL_MS', DEFAULT_STAGED_TTL_MS),
   };
 }

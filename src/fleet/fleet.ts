@@ -220,6 +220,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       leaseMs: config.leaseMs,
       // Launch dispatch recovery observes the launch workers' runtime directory on this host.
       executor,
+      stagedTtlMs: config.stagedTtlMs,
     };
     const deletionDeps = {
       db,

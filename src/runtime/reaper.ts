@@ -15,7 +15,11 @@
  * 4. every workspace deletion still `running` gets a cascade pass, and every
  *    delivered deferred start that was never promoted is promoted again;
  * 5. every non-terminal operation gets its due wake-ups again, so flushing
- *    Redis loses nothing.
+ *    Redis loses nothing;
+ * 6. staged uploads no creation claimed within `stagedTtlMs` expire (rows,
+ *    then files; at most once a minute per reaper), and files under staging/
+ *    older than the TTL whose row is gone are removed (at most once an hour
+ *    per reaper; src/runtime/staged-expiry.ts).
  * A bounded batch per pass; the next sweep continues.
  */
 import { RECOVERY_ACTIONS, type RecoveryAction } from '../domain/vocab';
@@ -28,6 +32,7 @@ import { retryUnpromotedStarts } from './deferred-retry';
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { findRunningWorkspaceDeletions } from '../store/workspace-deletion';
+import { DEFAULT_STAGED_TTL_MS, runStagedPasses, type StagedPassClock } from './staged-expiry';
 
 export interface ReaperDeps extends RecoverDeps {
   /** Limit the sweep to one workspace (a per-tenant reaper; tests sharing a database). Default: all. */
@@ -44,6 +49,8 @@ export interface ReaperDeps extends RecoverDeps {
    * the sweep also recovers launch dispatch claims; without it, it leaves them.
    */
   executor?: Executor;
+  /** How long a staged upload may wait for a claim before it expires (TASKLEDGER_STAGED_TTL_MS). Default 7 days. */
+  stagedTtlMs?: number;
 }
 
 export interface SweepReport {
@@ -68,6 +75,8 @@ export interface SweepReport {
   deferred: { promoted: number; refused: number };
   /** Workspace deletion cascades run by this sweep, and how many of them finished. */
   deletions: { running: number; finished: number };
+  /** Staged uploads expired (rows deleted, files unlinked), kept (still planned by a creation), orphan files removed. */
+  staged: { expired: number; kept: number; orphans: number };
   wakeups: number;
 }
 
@@ -99,6 +108,7 @@ export function emptySweepReport(): SweepReport {
     dispatch: null,
     deferred: { promoted: 0, refused: 0 },
     deletions: { running: 0, finished: 0 },
+    staged: { expired: 0, kept: 0, orphans: 0 },
     wakeups: 0,
   };
 }
@@ -215,6 +225,21 @@ async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise
   }
 }
 
+/** Per reaper: when it last ran each staged-upload pass. */
+const stagedRuns = new WeakMap<ReaperDeps, StagedPassClock>();
+
+async function expireStaged(deps: ReaperDeps, report: SweepReport): Promise<void> {
+  const clock = stagedRuns.get(deps) ?? { expiry: 0, orphans: 0 };
+  stagedRuns.set(deps, clock);
+  try {
+    const staged = { db: deps.effects.db, dataDir: deps.effects.dataDir, log: deps.log };
+    const ttlMs = deps.stagedTtlMs ?? DEFAULT_STAGED_TTL_MS;
+    report.staged = await runStagedPasses(staged, { ttlMs, workspaceId: deps.workspaceId }, clock);
+  } catch (err) {
+    deps.log.error({ err }, 'staged upload expiry failed; a later sweep runs it again');
+  }
+}
+
 export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
   const report = emptySweepReport();
   for (const opId of await findExpiredLeaseOperations(deps.effects.db, BATCH, deps.workspaceId)) {
@@ -255,5 +280,6 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     launchScanned.add(deps);
     report.wakeups = w.operations + w.outboxWorkspaces + w.launches;
   }
+  await expireStaged(deps, report);
   return report;
 }
