@@ -11,6 +11,7 @@ import { RepositoryRemoteSlug1796170200000 } from './1796170200000-RepositoryRem
 import { DispatchClaimStateIndex1796170260000 } from './1796170260000-DispatchClaimStateIndex';
 import { TaskBlockerResolution1796170320000 } from './1796170320000-TaskBlockerResolution';
 import { TaskLifecycle1796170380000 } from './1796170380000-TaskLifecycle';
+import { StagedAttachmentIndex1796170440000 } from './1796170440000-StagedAttachmentIndex';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -21,4 +22,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   DispatchClaimStateIndex1796170260000,
   TaskBlockerResolution1796170320000,
   TaskLifecycle1796170380000,
+  StagedAttachmentIndex1796170440000,
 ];

@@ -5,6 +5,9 @@
 import { resolve } from 'node:path';
 import { dbConfigFromEnv, type DbConfig } from '../db/config';
 
+/** Why 7 days: long enough for a draft to be finished and submitted, short enough that abandoned uploads do not pile up. */
+export const DEFAULT_STAGED_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+
 export interface AppConfig {
   db: DbConfig;
   redisUrl: string;
@@ -24,6 +27,8 @@ export interface AppConfig {
    * creation (seconds) and any retry back-off (5 minutes at most), short enough to page someone the same hour.
    */
   stuckAfterMs: number;
+  /** How long a staged upload waits for a creation to claim it before the reaper deletes it. Default DEFAULT_STAGED_TTL_MS. */
+  stagedTtlMs: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -46,5 +51,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig {
     sweepMs: int(env, 'TASKLEDGER_SWEEP_MS', 5_000),
     effectTimeoutMs: int(env, 'TASKLEDGER_EFFECT_TIMEOUT_MS', 15_000),
     stuckAfterMs: int(env, 'TASKLEDGER_STUCK_AFTER_MS', 600_000),
+    stagedTtlMs: int(env, 'TASKLEDGER_STAGED_TTL_MS', DEFAULT_STAGED_TTL_MS),
   };
 }

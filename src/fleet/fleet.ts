@@ -227,6 +227,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       executor,
       metrics,
       stuckAfterMs: config.stuckAfterMs,
+      stagedTtlMs: config.stagedTtlMs,
     };
     const deletionDeps = {
       db,

@@ -15,7 +15,11 @@
  * 4. every workspace deletion still `running` gets a cascade pass, and every
  *    delivered deferred start that was never promoted is promoted again;
  * 5. every non-terminal operation gets its due wake-ups again, so flushing
- *    Redis loses nothing.
+ *    Redis loses nothing;
+ * 6. staged uploads no creation claimed within `stagedTtlMs` expire (rows,
+ *    then files; at most once a minute per reaper), and files under staging/
+ *    older than the TTL whose row is gone are removed (at most once an hour
+ *    per reaper; src/runtime/staged-expiry.ts).
  * A bounded batch per pass; the next sweep continues.
  */
 import { RECOVERY_ACTIONS, type RecoveryAction } from '../domain/vocab';
@@ -32,6 +36,7 @@ const DEFAULT_STUCK_AFTER_MS = 600_000;
 import { findRecoveryCandidates, sweepWakeups } from './sweep';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { findRunningWorkspaceDeletions } from '../store/workspace-deletion';
+import { DEFAULT_STAGED_TTL_MS, runStagedPasses, type StagedPassClock } from './staged-expiry';
 
 export interface ReaperDeps extends RecoverDeps {
   /** Limit the sweep to one workspace (a per-tenant reaper; tests sharing a database). Default: all. */
@@ -50,6 +55,8 @@ export interface ReaperDeps extends RecoverDeps {
   executor?: Executor;
   /** A creation that has not moved for this long counts as stuck (`taskledger_stuck_operations`). Default 10 min. */
   stuckAfterMs?: number;
+  /** How long a staged upload may wait for a claim before it expires (TASKLEDGER_STAGED_TTL_MS). Default 7 days. */
+  stagedTtlMs?: number;
 }
 
 export interface SweepReport {
@@ -76,6 +83,8 @@ export interface SweepReport {
   stuck: number;
   /** Workspace deletion cascades run by this sweep, and how many of them finished. */
   deletions: { running: number; finished: number };
+  /** Staged uploads expired (rows deleted, files unlinked), kept (still planned by a creation), orphan files removed. */
+  staged: { expired: number; kept: number; orphans: number };
   wakeups: number;
 }
 
@@ -108,6 +117,7 @@ export function emptySweepReport(): SweepReport {
     deferred: { promoted: 0, refused: 0 },
     stuck: 0,
     deletions: { running: 0, finished: 0 },
+    staged: { expired: 0, kept: 0, orphans: 0 },
     wakeups: 0,
   };
 }
@@ -224,6 +234,21 @@ async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise
   }
 }
 
+/** Per reaper: when it last ran each staged-upload pass. */
+const stagedRuns = new WeakMap<ReaperDeps, StagedPassClock>();
+
+async function expireStaged(deps: ReaperDeps, report: SweepReport): Promise<void> {
+  const clock = stagedRuns.get(deps) ?? { expiry: 0, orphans: 0 };
+  stagedRuns.set(deps, clock);
+  try {
+    const staged = { db: deps.effects.db, dataDir: deps.effects.dataDir, log: deps.log };
+    const ttlMs = deps.stagedTtlMs ?? DEFAULT_STAGED_TTL_MS;
+    report.staged = await runStagedPasses(staged, { ttlMs, workspaceId: deps.workspaceId }, clock);
+  } catch (err) {
+    deps.log.error({ err }, 'staged upload expiry failed; a later sweep runs it again');
+  }
+}
+
 export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
   const report = emptySweepReport();
   for (const opId of await findExpiredLeaseOperations(deps.effects.db, BATCH, deps.workspaceId)) {
@@ -275,5 +300,6 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     for (const [action, n] of countByAction(stuck)) deps.metrics.stuckOperations.set({ action }, n);
     report.stuck = stuck.length;
   }
+  await expireStaged(deps, report);
   return report;
 }

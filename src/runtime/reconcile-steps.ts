@@ -95,6 +95,8 @@ export async function reconcileUnknownSteps(
     const handler = deps.handlers[step.kind] as StepHandler;
     let observation;
     try {
+      // What a dead worker provably left without a record is removed first (e.g. an attachment claim's copies).
+      if (handler.removeUnrecorded) await handler.removeUnrecorded(deps.effects, step, auth(claim));
       observation = await handler.observe(deps.effects, step);
     } catch (err) {
       await note(deps, claim, step, 'unobservable', `observe failed: ${(err as Error).message ?? String(err)}`);

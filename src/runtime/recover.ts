@@ -8,7 +8,8 @@
  *
  * Actions, each through the Store method that re-verifies its own predicate:
  * - reconcile_unknown_step: observe every `unknown` step (the kind's
- *   `observe`), then resolve it only from that proof — present exactly →
+ *   `observe`, after its `removeUnrecorded` when it has one: an attachment
+ *   claim's unrecorded copies), then resolve it only from that proof — present exactly →
  *   `succeeded` (`armed` for a launch intent), proven absent → `retry_wait`,
  *   anything else stays `unknown` for an operator. An `unknown` compensation
  *   is settled by re-running its kind's undo under a fresh compensation claim

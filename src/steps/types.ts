@@ -10,7 +10,7 @@ import type { Db } from '../db/tx';
 import type { StepKind, StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
-import type { StepClaim, StepRow } from '../store/types';
+import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
 
 export interface EffectDeps {
   db: Db;
@@ -48,4 +48,12 @@ export interface StepHandler<K extends StepKind = StepKind> {
   perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>): Promise<StepState>;
   /** Observes the effect of an existing step without changing anything. */
   observe(deps: EffectDeps, step: StepRow): Promise<Observation>;
+  /**
+   * Optional, for recovery of an `unknown` step, before it observes: removes
+   * what a worker that died before its record provably made (proven by the
+   * step's ownership marker) and that no recorded effect owns, so that the
+   * observation can prove the effect absent. Idempotent; does nothing
+   * without that proof. Runs under the operation's recovery claim (`auth`).
+   */
+  removeUnrecorded?(deps: EffectDeps, step: StepRow, auth: OperationAuthority): Promise<void>;
 }

@@ -50,6 +50,11 @@ export const DRIFT_CODES = [
    * `release_applied` without a completed release of the preparing holder.
    */
   'external_id_release',
+  /**
+   * Attachment files (with observation): an aborted creation's attachment copies still on disk with no open
+   * cleanup job, an attachment claim's marker left by an ended creation, or a staged upload whose file is missing.
+   */
+  'attachment_file',
 ] as const;
 
 export type DriftCode = (typeof DRIFT_CODES)[number];

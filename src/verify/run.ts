@@ -7,7 +7,8 @@
  * from operations; a last pass (verify/orphans.ts) finds the events,
  * dispatch claims and cleanup jobs whose operation row is missing, and a
  * lifecycle pass (verify/lifecycle.ts) checks WIP slots and queues, launch
- * counts, deleted tasks and workspace deletions.
+ * counts, deleted tasks and workspace deletions; with observation, an
+ * attachment pass (verify/attachments.ts) looks at attachment files.
  */
 import type { Db } from '../db/tx';
 import type { StepHandlers } from '../steps';
@@ -16,6 +17,7 @@ import { checkOperation } from './checks';
 import type { Drift, VerifyCounts, VerifyReport } from './drift';
 import { readLedgerPage } from './ledger-page';
 import { observeOperation } from './observe';
+import { checkAttachmentFiles } from './attachments';
 import { checkLifecycle } from './lifecycle';
 import { findOrphans } from './orphans';
 
@@ -91,5 +93,9 @@ export async function verifyLedger(
   }
   keep(await findOrphans(deps.db, { workspaceId: options.workspaceId, limit: ORPHANS_PER_KIND }));
   keep(await checkLifecycle(deps.db, { workspaceId: options.workspaceId }));
+  if (options.observe && deps.effects) {
+    const files = { db: deps.db, dataDir: deps.effects.dataDir };
+    keep(await checkAttachmentFiles(files, { workspaceId: options.workspaceId, limit: ORPHANS_PER_KIND }));
+  }
   return { counts, drift_by_code: byCode, drift, more: total - drift.length, unobserved };
 }

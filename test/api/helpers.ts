@@ -12,7 +12,7 @@ import type { Queue } from 'bullmq';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll } from 'vitest';
 import { buildApi } from '../../src/api/server';
-import type { AppConfig } from '../../src/app/config';
+import { DEFAULT_STAGED_TTL_MS, type AppConfig } from '../../src/app/config';
 import type { CreateTaskFn, CreateTaskOutcome } from '../../src/coordinator/create-task';
 import { dbConfigFromEnv } from '../../src/db/config';
 import type { Db } from '../../src/db/tx';
@@ -32,6 +32,7 @@ export function testConfig(dataDir: string, adminToken: string): AppConfig {
     sweepMs: 5_000,
     effectTimeoutMs: 15_000,
     stuckAfterMs: 600_000,
+    stagedTtlMs: DEFAULT_STAGED_TTL_MS,
   };
 }
 

@@ -247,8 +247,9 @@ function expectedResolution(kind: StepKind, name: FailpointName): 'succeeded' | 
   // is written only by the lost record: recorded effect absent, so the step retries and perform adopts the
   // marked worktree (never a second `worktree add`).
   if (kind === 'remote_contribution_associate') return 'succeeded';
-  // attachment_claim: the copies exist but the authority (the rows) is still exactly staged -> absent, retried
-  // (the retry keeps the verified copies). DB-only kinds: nothing happened before the one transaction.
+  // attachment_claim: the copies exist under the step's marker but the authority (the rows) is still exactly
+  // staged: recovery removes the marked copies and releases the marker, then observes them absent -> retried
+  // (the retry copies again). DB-only kinds: nothing happened before the one transaction.
   return 'retry';
 }
 

@@ -243,7 +243,10 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     'task_message_attachments',
     `id:uuid workspace_id:uuid owner_kind:str16 staging_owner_id:str200 task_id:uuid? claimed_by_operation_id:uuid?
      claimed_by_step_id:uuid? content_sha256:hash size:bigint storage_path:str1024 ${STAMPS}`,
-    { in: { owner_kind: ATTACHMENT_OWNER_KINDS } },
+    {
+      in: { owner_kind: ATTACHMENT_OWNER_KINDS },
+      indexes: { ix_task_message_attachments_owner_kind_updated_at: ['owner_kind', 'updated_at'] },
+    },
   ),
   t(
     'task_sessions',

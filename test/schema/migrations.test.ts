@@ -96,6 +96,13 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // StagedAttachmentIndex: down() drops exactly its index.
+    const stagedIndex = 'ix_task_message_attachments_owner_kind_updated_at';
+    expect(await indexesOf('task_message_attachments')).toContain(stagedIndex);
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await indexesOf('task_message_attachments')).not.toContain(stagedIndex);
+    expect(await readTables(ds)).toEqual(all);
+
     // TaskLifecycle: down() drops exactly its two tables, its task columns and their indexes.
     const lifecycleColumns = ['queued_at', 'admitted_at', 'deleted_at', 'deletion_operation_id'];
     const lifecycleIndexes = ['ix_tasks_admitted_at', 'ix_tasks_queue', 'ix_tasks_workflow_step_admitted'];
@@ -126,13 +133,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 4);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 5);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 5);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 6);
 
-    for (let i = 5; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 6; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

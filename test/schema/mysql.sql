@@ -312,6 +312,7 @@ CREATE TABLE `task_message_attachments` (
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   `updated_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   PRIMARY KEY (`id`),
+  KEY `ix_task_message_attachments_owner_kind_updated_at` (`owner_kind`,`updated_at`),
   CONSTRAINT `chk_task_message_attachments_owner_kind` CHECK (`owner_kind` collate utf8mb4_nopad_bin in ('staging','task'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

@@ -985,6 +985,12 @@ CREATE INDEX ix_task_creation_steps_state_lease_expires_at ON public.task_creati
 CREATE INDEX ix_task_launch_dispatch_claims_state_updated_at ON public.task_launch_dispatch_claims USING btree (state, updated_at);
 
 --
+-- Name: ix_task_message_attachments_owner_kind_updated_at; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_task_message_attachments_owner_kind_updated_at ON public.task_message_attachments USING btree (owner_kind, updated_at);
+
+--
 -- Name: ix_task_resource_cleanup_jobs_state_next_attempt_at; Type: INDEX; Schema: public; Owner: -
 --
 

@@ -6,12 +6,13 @@
  * running in parallel never collide.
  */
 import { execFileSync } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import type { Db } from '../../src/db/tx';
+import { stagedAttachmentPath } from '../../src/storage/paths';
 import { tokenSha256 } from '../../src/store/actor';
 import type { Principal } from '../../src/store/types';
 import { sql } from './db';
@@ -110,15 +111,21 @@ export async function seedWorkspace(db: Db, options: { attachments?: number } = 
     `INSERT INTO provider_connections (id, workspace_id, provider, base_url, token, created_at) VALUES (?, ?, 'github', 'http://127.0.0.1:1', 'ghp_test', ${now})`,
     [connectionId, workspaceId],
   );
+  // Each staged upload is a real file under the data directory, as an upload writes it (`verify` checks it exists).
+  const dataDir = mkdtempSync(join(tmpdir(), 'taskledger-data-'));
   const attachmentIds: string[] = [];
   for (let i = 0; i < (options.attachments ?? 2); i++) {
     const id = randomUUID();
     attachmentIds.push(id);
+    const bytes = Buffer.from(`staged-${i}`.padEnd(10 + i, '.'));
+    const path = stagedAttachmentPath(dataDir, workspaceId, id);
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, bytes);
     await sql(
       db,
       `INSERT INTO task_message_attachments (id, workspace_id, owner_kind, staging_owner_id, content_sha256, size, storage_path, created_at, updated_at)
        VALUES (?, ?, 'staging', 'alice', ?, ?, ?, ${now}, ${now})`,
-      [id, workspaceId, 'a'.repeat(63) + String(i), 10 + i, `/tmp/staged/${id}`],
+      [id, workspaceId, createHash('sha256').update(bytes).digest('hex'), bytes.length, path],
     );
   }
   return {
@@ -147,6 +154,6 @@ export async function seedWorkspace(db: Db, options: { attachments?: number } = 
     sharedEnvironmentId,
     connectionId,
     attachmentIds: attachmentIds.sort(),
-    dataDir: mkdtempSync(join(tmpdir(), 'taskledger-data-')),
+    dataDir,
   };
 }

@@ -1,26 +1,35 @@
 /**
  * ApplyAttachmentClaim: the database half of `attachment_claim` and its
- * success, in one transaction; plus the rows' read-only observation and
- * Complete's verifier. The file copies happen before, outside any
- * transaction (src/steps/attachment-claim.ts), and their outcome is passed in.
+ * outcome, in one transaction; plus the rows' read-only observation and
+ * Complete's verifier. The file copies (and, after a problem, their removal)
+ * happen before, outside any transaction (src/steps/attachment-claim.ts);
+ * what they left on disk is passed in (`ClaimFiles`).
  *
  * Locks, in order: workspace 1, operation 4.2, task 5.2, identity 6, steps 7
- * (`lockClaimedLocked`); every requested `task_message_attachments` row
- * (14, FOR UPDATE, ascending id).
- * States: step `running -> succeeded` when every row is still exactly staged
- * (same workspace, staging owner, content hash and size, unclaimed) and the
- * copies verified: the rows flip to `owner_kind = 'task'`, `task_id`,
- * `claimed_by_operation_id`, `claimed_by_step_id` in the same transaction.
- * Otherwise nothing is written but the step: every row still staged but the
- * content changed (row or file) -> `failed` (`absent_proven`); a transient
- * file error with every row still exactly staged -> `retry_wait`
- * (`absent_proven`); missing, foreign or mixed rows -> `unknown` (`conflict`).
- * Staged files are left in place (removing them is a later cleanup concern).
- * No event.
+ * (`lockClaimedLocked`); every requested `task_message_attachments` row and
+ * the step's ownership marker (14, FOR UPDATE, ascending `table:key`).
+ * The verdict, from the rows under those locks:
+ * - copies verified, every row exactly staged (or already ours): the rows
+ *   flip to `owner_kind = 'task'`, `task_id`, `claimed_by_operation_id`,
+ *   `claimed_by_step_id`, the marker is deleted (the claimed rows own the
+ *   copies from now on) and the step `running -> succeeded`, with
+ *   `ownership_marker` = the marker hash;
+ * - copies verified but the rows cannot be claimed: zero writes, and the
+ *   problem is returned (`unclaimable`): the step removes its copies first,
+ *   then records it;
+ * - copies removed after a problem: the marker is deleted and the step
+ *   records the failure with the rows, the marker and the copies proven
+ *   absent: every row still exactly staged -> `failed` (permanent) or
+ *   `retry_wait` (transient); rows staged, changed or gone (an expired
+ *   upload) -> `failed` (`content_changed`, `attachment_missing`); foreign
+ *   or mixed -> `unknown` (`conflict`);
+ * - copies stuck (their removal failed): `unknown` (`conflict`), the marker
+ *   kept for recovery;
+ * - the marker missing or foreign: `unknown` (`conflict`).
+ * Staged files are left in place: a claimed row keeps its staged storage
+ * path. No event.
  */
 import { canonicalJson } from '../../canonical/canonical-json';
-import type { AttachmentClaimItem, AttachmentClaimRequest } from '../../canonical/types';
-import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
 import { lockClaimedLocked } from '../claimed';
 import type { StepClaim, StepRow } from '../types';
@@ -35,167 +44,91 @@ import {
   stepRequestOf,
   type EffectObservation,
   type EffectOutcome,
-  type EffectOwner,
-  type ObservedRow,
 } from './recording';
-import { readAttachment, rowHash, sameRow, type AttachmentDoc } from './row-documents';
-import { dbReader, takeLocks, txReader, type LockNeed, type Reader } from './row-locks';
+import {
+  attachmentMarkerLock,
+  deleteAttachmentMarkerLocked,
+  expectedAttachmentMarker,
+  readAttachmentMarker,
+} from './attachment-marker';
+import { copiesGone, lockNeeds, observationOf, observedRows, readFound, type RowState } from './attachment-rows';
+import { dbReader, takeLocks, txReader, type LockNeed } from './row-locks';
+
+export { claimedDoc, stagedDoc } from './attachment-rows';
 
 /** What the copy phase found, when it could not verify every copy. */
 export interface AttachmentFileProblem {
-  /** `permanent`: the staged content is gone or changed; `transient`: an I/O error worth retrying. */
-  class: 'permanent' | 'transient';
+  /**
+   * `permanent`: the staged content is gone or changed; `transient`: an I/O
+   * error worth retrying; `ambiguous`: copies may remain (their removal failed).
+   */
+  class: 'permanent' | 'transient' | 'ambiguous';
   code: string;
   message: string;
 }
 
-type RowState = 'staged' | 'ours' | 'staged_changed' | 'missing' | 'foreign';
+/** What the file phase left at the task's claimed paths. */
+export type ClaimFiles =
+  | { copies: 'verified' }
+  | { copies: 'removed'; problem: AttachmentFileProblem }
+  | { copies: 'stuck'; problem: AttachmentFileProblem };
 
-/** The exact staged row an attachment is claimed from (and returns to when a claim is undone). */
-export function stagedDoc(req: AttachmentClaimRequest, item: AttachmentClaimItem, storagePath: string): AttachmentDoc {
-  return {
-    id: item.attachment_id,
-    workspace_id: req.workspace_id,
-    owner_kind: 'staging',
-    staging_owner_id: item.staging_owner_id,
-    task_id: null,
-    claimed_by_operation_id: null,
-    claimed_by_step_id: null,
-    content_sha256: item.content_sha256,
-    size: item.size,
-    storage_path: storagePath,
-  };
-}
+export type ClaimResult = EffectOutcome | { unclaimable: AttachmentFileProblem };
 
-/** The exact row a claim by this step leaves behind (storage path unchanged). */
-export function claimedDoc(
-  req: AttachmentClaimRequest,
-  item: AttachmentClaimItem,
-  owner: EffectOwner,
-  storagePath: string,
-): AttachmentDoc {
-  return {
-    ...stagedDoc(req, item, storagePath),
-    owner_kind: 'task',
-    task_id: req.task_id,
-    claimed_by_operation_id: owner.operation_id,
-    claimed_by_step_id: owner.step_id,
-  };
-}
-
-interface Found {
-  item: AttachmentClaimItem;
-  row: AttachmentDoc | null;
-  state: RowState;
-}
-
-function classify(
-  req: AttachmentClaimRequest,
-  owner: EffectOwner,
-  item: AttachmentClaimItem,
-  row: AttachmentDoc | null,
-): RowState {
-  if (row === null) return 'missing';
-  if (sameRow(row, stagedDoc(req, item, row.storage_path))) return 'staged';
-  if (sameRow(row, claimedDoc(req, item, owner, row.storage_path))) return 'ours';
-  const unclaimed = row.owner_kind === 'staging' && row.task_id === null && row.claimed_by_operation_id === null;
-  return unclaimed && row.workspace_id === req.workspace_id ? 'staged_changed' : 'foreign';
-}
-
-async function readFound(read: Reader, req: AttachmentClaimRequest, owner: EffectOwner): Promise<Found[]> {
-  const out: Found[] = [];
-  for (const item of req.attachments) {
-    const row = await readAttachment(read, item.attachment_id);
-    out.push({ item, row, state: classify(req, owner, item, row) });
+/** What the rows (and the file problem, if any) allow: the claim, or the failure to record. */
+function verdictOf(states: Set<RowState>, problem: AttachmentFileProblem | null): 'claim' | AttachmentFileProblem {
+  const only = (...allowed: RowState[]) => [...states].every((s) => allowed.includes(s));
+  if (problem?.class === 'ambiguous') return problem;
+  if (problem === null && only('staged', 'ours')) return 'claim';
+  if (problem !== null && only('staged')) return problem;
+  if (only('staged', 'staged_changed', 'missing')) {
+    return states.has('missing')
+      ? { class: 'permanent', code: 'attachment_missing', message: 'a planned attachment row is gone (expired)' }
+      : { class: 'permanent', code: 'content_changed', message: 'a staged attachment changed since planning' };
   }
-  return out;
+  return problem === null
+    ? { class: 'ambiguous', code: 'foreign_row', message: 'attachment rows are missing, foreign or mixed' }
+    : { class: 'ambiguous', code: problem.code, message: 'copy failed and the rows are no longer exactly staged' };
 }
 
-function observedRows(found: Found[]): ObservedRow[] {
-  return found.map((f) => ({
-    table: 'task_message_attachments',
-    key: f.item.attachment_id,
-    row_sha256: f.row && rowHash(f.row),
-  }));
-}
-
-function observationOf(req: AttachmentClaimRequest, owner: EffectOwner, found: Found[]) {
-  return {
-    operation_id: owner.operation_id,
-    attachments: found.map((f) => ({
-      attachment_id: f.item.attachment_id,
-      prior_owner_kind: 'staging',
-      staging_owner_id: f.item.staging_owner_id,
-      current_owner_kind: 'task',
-      task_id: req.task_id,
-      content_sha256: f.item.content_sha256,
-      size: f.item.size,
-      row_sha256: rowHash(claimedDoc(req, f.item, owner, f.row?.storage_path ?? '')),
-    })),
-  };
-}
-
-function lockNeeds(req: AttachmentClaimRequest, mode: 'update' | 'share'): LockNeed[] {
-  return req.attachments.map((a) => ({
-    tier: TIER.MARKER,
-    table: 'task_message_attachments',
-    key: a.attachment_id,
-    where: 'id = ?',
-    params: [a.attachment_id],
-    mode,
-  }));
-}
-
-export async function applyAttachmentClaim(
-  db: Db,
-  claim: StepClaim,
-  fileProblem: AttachmentFileProblem | null,
-): Promise<EffectOutcome> {
+export async function applyAttachmentClaim(db: Db, claim: StepClaim, files: ClaimFiles): Promise<ClaimResult> {
   const req = requestOf(claim, 'attachment_claim');
   const owner = ownerOf(claim);
-  return runTransaction(db, 'ApplyAttachmentClaim', async (tx) => {
+  return runTransaction(db, 'ApplyAttachmentClaim', async (tx): Promise<ClaimResult> => {
     const ctx = await lockClaimedLocked(tx, claim);
-    await takeLocks(tx, lockNeeds(req, 'update'));
+    await takeLocks(tx, [...lockNeeds(req, 'update'), attachmentMarkerLock(req, 'update')]);
     const read = txReader(tx);
     const found = await readFound(read, req, owner);
+    const marker = await readAttachmentMarker(read, req, claim);
     const rows = observedRows(found);
-    const states = new Set(found.map((f) => f.state));
-    const only = (...allowed: RowState[]) => [...states].every((s) => allowed.includes(s));
-    if (fileProblem !== null) {
-      if (only('staged')) {
-        return failWithRowsLocked(tx, ctx, claim, fileProblem.class, fileProblem.code, fileProblem.message, rows);
-      }
+    const verdict = verdictOf(new Set(found.map((f) => f.state)), files.copies === 'verified' ? null : files.problem);
+    if (verdict !== 'claim' && files.copies === 'verified') return { unclaimable: verdict };
+    if (files.copies === 'stuck') {
       return failWithRowsLocked(
         tx,
         ctx,
         claim,
         'ambiguous',
-        fileProblem.code,
-        'copy failed and the rows are no longer exactly staged',
-        rows,
+        verdict === 'claim' ? 'copy_removal_failed' : verdict.code,
+        files.problem.message,
+        [...rows, marker.row],
       );
     }
-    if (only('staged', 'staged_changed') && states.has('staged_changed')) {
-      return failWithRowsLocked(
-        tx,
-        ctx,
-        claim,
-        'permanent',
-        'content_changed',
-        'a staged attachment changed since planning',
-        rows,
-      );
-    }
-    if (!only('staged', 'ours')) {
+    if (marker.presence !== 'ours') {
       return failWithRowsLocked(
         tx,
         ctx,
         claim,
         'ambiguous',
-        'foreign_row',
-        'attachment rows are missing, foreign or mixed',
-        rows,
+        'marker_missing',
+        "the step's ownership marker row is not in place",
+        [...rows, marker.row],
       );
+    }
+    await deleteAttachmentMarkerLocked(tx, req);
+    if (verdict !== 'claim') {
+      const proven = [...rows, { ...marker.row, row_sha256: null }, ...copiesGone(req)];
+      return failWithRowsLocked(tx, ctx, claim, verdict.class, verdict.code, verdict.message, proven);
     }
     for (const f of found.filter((x) => x.state === 'staged')) {
       await tx.exec(
@@ -207,33 +140,51 @@ export async function applyAttachmentClaim(
     }
     const after = await readFound(read, req, owner);
     if (after.some((f) => f.state !== 'ours')) throw new Error('claimed attachment rows did not read back exactly');
-    return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(req, owner, after)));
+    return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(req, owner, after)), {
+      ownershipMarker: expectedAttachmentMarker(req, claim).marker_sha256,
+    });
   });
 }
 
 /**
- * Read-only, rows only: every row claimed exactly by this step -> present;
- * every row still exactly staged -> absent; else conflict. The caller also
- * checks the claimed files before trusting `present_exact`.
+ * Read-only: every row claimed exactly by this step -> present (the caller
+ * also checks the claimed files); no row claimed by it (each exactly staged,
+ * changed or gone), no marker and no copy on disk (`copiesOnDisk`, the
+ * caller's look) -> absent; anything else, including this step's marker
+ * still in place (copies it made may remain), -> conflict.
  */
-export async function observeAttachmentClaimRows(db: Db, step: StepRow): Promise<EffectObservation> {
+export async function observeAttachmentClaimRows(
+  db: Db,
+  step: StepRow,
+  copiesOnDisk: boolean,
+): Promise<EffectObservation> {
   const req = stepRequestOf(step, 'attachment_claim');
   const owner = ownerOf(step);
   const found = await readFound(dbReader(db), req, owner);
   if (found.every((f) => f.state === 'ours')) {
     return { effect: 'present_exact', evidence: presentEvidenceOf(step, observationOf(req, owner, found)) };
   }
-  const rows = observedRows(found);
-  if (found.every((f) => f.state === 'staged')) {
+  const marker = await readAttachmentMarker(dbReader(db), req, step);
+  const rows = [...observedRows(found), marker.row];
+  const unclaimed = found.every((f) => f.state === 'staged' || f.state === 'staged_changed' || f.state === 'missing');
+  if (unclaimed && marker.presence === 'absent' && !copiesOnDisk) {
     return {
       effect: 'absent_proven',
-      evidence: rowSetEvidenceOf(step, 'absent_proven', 'every attachment is still exactly staged', rows),
+      evidence: rowSetEvidenceOf(
+        step,
+        'absent_proven',
+        'no attachment is claimed by this step, and neither its marker nor a copy exists',
+        [...rows, ...copiesGone(req)],
+      ),
     };
   }
-  return {
-    effect: 'conflict',
-    evidence: rowSetEvidenceOf(step, 'conflict', 'attachment rows are missing, foreign, changed or mixed', rows),
-  };
+  const reason =
+    marker.presence === 'ours'
+      ? "this step's marker is in place: copies it made may remain"
+      : copiesOnDisk && unclaimed
+        ? "files at the claimed paths without this step's marker"
+        : 'attachment rows are missing, foreign, changed or mixed';
+  return { effect: 'conflict', evidence: rowSetEvidenceOf(step, 'conflict', reason, rows) };
 }
 
 export function attachmentClaimLocks(step: StepRow): LockNeed[] {
