@@ -65,6 +65,29 @@ export function pidsNamed(names: readonly string[]): number[] {
   return out;
 }
 
+/** Live child processes of `parents` (the agent spawner helpers of the workers, src/launch/spawner.ts). */
+export function liveChildren(parents: readonly number[]): number[] {
+  const want = new Set(parents);
+  const out: number[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (want.has(ppid)) out.push(Number(e));
+    } catch {
+      // Exited while we looked.
+    }
+  }
+  return out;
+}
+
 export const DATABASE_PROCESS_NAMES = ['postgres', 'mariadbd', 'mysqld'];
 export const REDIS_PROCESS_NAMES = ['redis-server'];
 
@@ -73,6 +96,8 @@ export interface CpuSnapshot {
   perPid: Map<number, number>;
   /** CPU of each process's reaped children (Git, agents), by PID. */
   children: Map<number, number>;
+  /** Live children of the given processes (agent spawner helpers): their own CPU plus their reaped children's. */
+  helpers: Map<number, number>;
   /** Database server and Redis processes alive at the snapshot (PostgreSQL starts one per connection). */
   database: number[];
   redis: number[];
@@ -90,8 +115,13 @@ export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
     perPid.set(pid, cpu.self);
     children.set(pid, cpu.children);
   }
+  const helpers = new Map<number, number>();
+  for (const pid of liveChildren(pids)) {
+    const cpu = processCpu(pid);
+    if (cpu !== null) helpers.set(pid, cpu.self + cpu.children);
+  }
   const u = process.cpuUsage();
-  return { machine: machineCpuMs(), perPid, children, database, redis, bench: (u.user + u.system) / 1000 };
+  return { machine: machineCpuMs(), perPid, children, helpers, database, redis, bench: (u.user + u.system) / 1000 };
 }
 
 /**
@@ -134,7 +164,7 @@ export interface CpuBreakdown {
   /** CPU ms per creation, by consumer. */
   api: number;
   workers: number;
-  /** Processes the API and workers started and reaped: Git (rev-parse, worktrees), the agents. */
+  /** Processes the API and workers started: Git (rev-parse, worktrees), the agent spawner helpers and the agents. */
   subprocesses: number;
   database: number;
   redis: number;
@@ -163,10 +193,13 @@ export function cpuPerCreation(
   const redis = after.redis;
   const api = sum(groups.api);
   const workers = sum(groups.workers);
-  const subprocesses = [...groups.api, ...groups.workers].reduce(
+  const reaped = [...groups.api, ...groups.workers].reduce(
     (a, p) => a + Math.max(0, (after.children.get(p) ?? 0) - (before.children.get(p) ?? 0)),
     0,
   );
+  // A helper started during the run counts from zero; one that exited in between is lost (a lower bound).
+  const helpers = [...after.helpers].reduce((a, [p, ms]) => a + Math.max(0, ms - (before.helpers.get(p) ?? 0)), 0);
+  const subprocesses = reaped + helpers;
   const database = sum(db);
   const redisMs = sum(redis);
   const bench = after.bench - before.bench;

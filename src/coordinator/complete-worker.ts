@@ -36,11 +36,12 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
   const log = deps.log.child({ operation_id: job.operationId });
   let workspaceId: string;
   try {
-    const result = await completeTaskCreation(deps.db, {
-      kind: 'operation',
-      operationId: job.operationId,
-      actor: deps.workerId,
-    });
+    // Another worker's Complete between its phases is left to finish (or to the reaper's complete_completing).
+    const result = await completeTaskCreation(
+      deps.db,
+      { kind: 'operation', operationId: job.operationId, actor: deps.workerId },
+      { resumeCompleting: false },
+    );
     workspaceId = result.workspaceId;
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
     // Phase B (task.created in the outbox) has committed; nothing has woken the dispatcher yet. A crash here is

@@ -2,7 +2,9 @@
  * Executors start agent runtimes and, for recovery, observe whether a
  * dispatch started one. The default local-process executor runs the agent
  * profile's command in the task's worktree, detached, with its output in a
- * log file and the dispatch idempotency key in its environment.
+ * log file and the dispatch idempotency key in its environment. The process
+ * is started by a small helper process (src/launch/spawner.ts), never by
+ * forking the worker itself.
  *
  * Start: before spawning it creates a start marker keyed by the session
  * (exclusively: a second concurrent start finds it), holding the idempotency
@@ -24,12 +26,12 @@
  * carrying the key, prove none is left (src/launch/stop-agent.ts). The
  * runtime handle names the host, so only that host's cleanup worker acts.
  */
-import { spawn } from 'node:child_process';
-import { closeSync, mkdirSync, openSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { NoDispatchProof } from '../store/launch-dispatch-recovery';
 import { DISPATCH_KEY_ENV, findDispatchProcesses } from './dispatch-processes';
+import { sharedSpawner, SpawnRefused, type AgentSpawner } from './spawner';
 import { stopDispatchedAgent, type StopRef, type StopResult } from './stop-agent';
 import {
   createMarkerExclusive,
@@ -38,7 +40,6 @@ import {
   readMarker,
   replaceMarker,
   retireMarker,
-  writeExitRecord,
   type ExitRecord,
   type StartMarker,
 } from './start-marker';
@@ -128,11 +129,15 @@ export class LocalProcessExecutor implements Executor {
   /** This host as launch workers name it in their worker IDs (default: the OS hostname). */
   readonly host: string;
 
+  /** Starts the agent processes (default: the process-wide helper, src/launch/spawner.ts). */
+  private readonly spawner: AgentSpawner;
+
   constructor(
     private readonly runtimeDir: string,
-    options: { host?: string } = {},
+    options: { host?: string; spawner?: AgentSpawner } = {},
   ) {
     this.host = options.host ?? hostname();
+    this.spawner = options.spawner ?? sharedSpawner();
   }
 
   markerPath(sessionId: string): string {
@@ -205,32 +210,25 @@ export class LocalProcessExecutor implements Executor {
   ): Promise<StartedRuntime> {
     const marker = this.markerPath(req.sessionId);
     const logPath = this.logPath(req.sessionId);
-    const fd = openSync(logPath, 'a');
-    const child = await new Promise<ReturnType<typeof spawn>>((resolve, reject) => {
-      const c = spawn(cmd, args, {
+    let pid: number | null;
+    try {
+      ({ pid } = await this.spawner.spawn({
+        cmd,
+        args,
         cwd: req.cwd,
-        env: { ...process.env, ...req.env, [DISPATCH_KEY_ENV]: req.idempotencyKey },
-        detached: true,
-        stdio: ['ignore', fd, fd],
-      });
-      c.once('spawn', () => resolve(c));
-      c.once('error', reject);
-    })
-      .catch((err: Error) => {
+        env: { ...req.env, [DISPATCH_KEY_ENV]: req.idempotencyKey },
+        logPath,
+        exitPath: this.exitPath(req.sessionId),
+      }));
+    } catch (err) {
+      if (err instanceof SpawnRefused) {
         // The OS refused to start it (ENOENT, EACCES): proven not dispatched.
         replaceMarker(marker, { ...base, state: 'refused', pid: null });
         throw new ExecutorError(`could not start ${cmd}: ${err.message}`, 'no_dispatch');
-      })
-      .finally(() => closeSync(fd));
-    const pid = child.pid ?? null;
-    child.once('exit', (code, signal) => {
-      try {
-        writeExitRecord(this.exitPath(req.sessionId), { pid, code, signal });
-      } catch {
-        // Best effort: recovery then needs a live process to prove the runtime.
       }
-    });
-    child.unref();
+      // The spawner went away with the request in flight: the agent may run (the marker stays `starting`).
+      throw new ExecutorError(`the start of ${cmd} was lost: ${(err as Error).message}`, 'ambiguous');
+    }
     const doc: StartMarker = { ...base, state: 'started', pid, log: logPath };
     const text = replaceMarker(marker, doc);
     return { pid, handle: this.handle(doc, pid), startMarkerSha256: markerSha256(text), started: true };

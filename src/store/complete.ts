@@ -13,6 +13,10 @@
  * (`tasks.awaits_blockers`) and all of them are done now, revision two and
  * its `task.dependencies_resolved` right after (store/task-done.ts).
  * A completed operation replays its stored outcome and event with no writes.
+ * An operation already `completing` is finished by phase B for a caller's
+ * handle and for recovery; a worker's wake-up leaves it to the Complete that
+ * moved it there (`resumeCompleting: false` -> `creation_state_conflict`, zero
+ * writes), so two workers never both run phase B.
  */
 import { failpoint } from '../failpoints';
 import { randomUUID } from 'node:crypto';
@@ -165,15 +169,19 @@ export async function completeTaskCreationLocked(
   return { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
 }
 
-/** Phase A only (exposed so recovery and tests can stop between the phases). */
+/**
+ * Phase A only (exposed so recovery and tests can stop between the phases): `completing` when this call moved the
+ * operation there, `already_completing` when it found it there (another Complete is between its phases, or died
+ * there), nothing written.
+ */
 export async function completeTaskCreationPhaseA(
   db: Db,
   auth: OperationAuthority,
-): Promise<CompleteResult | 'completing'> {
+): Promise<CompleteResult | 'completing' | 'already_completing'> {
   return runTransaction(db, 'CompleteTaskCreation.A', async (tx) => {
     const v = await lockAndVerifyLocked(tx, auth, 'A');
     if ('outcome' in v) return v;
-    if (v.op.state === 'completing') return 'completing';
+    if (v.op.state === 'completing') return 'already_completing';
     await tx.exec(
       `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
       [v.op.id],
@@ -195,9 +203,27 @@ export async function completeTaskCreationPhaseB(db: Db, auth: OperationAuthorit
   });
 }
 
-export async function completeTaskCreation(db: Db, auth: OperationAuthority): Promise<CompleteResult> {
+export interface CompleteOptions {
+  /**
+   * Finish an operation another Complete left between its phases (default true: a caller's handle, recovery's
+   * `complete_completing`). A worker's wake-up passes false: the Complete that moved it to `completing` finishes it,
+   * and the reaper's `complete_completing` if that one died; two workers never both run phase B.
+   */
+  resumeCompleting?: boolean;
+}
+
+export async function completeTaskCreation(
+  db: Db,
+  auth: OperationAuthority,
+  options: CompleteOptions = {},
+): Promise<CompleteResult> {
   const a = await completeTaskCreationPhaseA(db, auth);
-  if (a !== 'completing') return a;
+  if (a === 'already_completing' && options.resumeCompleting === false) {
+    throw new ConflictError('creation_state_conflict', 'another Complete is between its phases', {
+      operation_id: auth.kind === 'handle' ? auth.handle.operationId : auth.operationId,
+    });
+  }
+  if (a !== 'completing' && a !== 'already_completing') return a;
   await failpoint('between_complete_phase_a_and_b', {
     operationId: auth.kind === 'handle' ? auth.handle.operationId : auth.operationId,
   });

@@ -121,7 +121,7 @@ describe('CompleteTaskCreation', () => {
     expect(mid!.state).toBe('completing');
     expect(await events(c.res.task.id)).toBe(0);
     // Phase A again is a no-op; Abort is no longer legal.
-    expect(await completeTaskCreationPhaseA(t.db, c.auth)).toBe('completing');
+    expect(await completeTaskCreationPhaseA(t.db, c.auth)).toBe('already_completing');
     await expectTyped(abortTaskCreation(t.db, c.auth, 'too late'), 'creation_state_conflict');
     const done = await completeTaskCreationPhaseB(t.db, {
       kind: 'operation',

@@ -1,0 +1,169 @@
+/**
+ * Starts agent processes from a small helper process (src/launch/spawner-child.mjs)
+ * instead of the worker itself. A worker's heap is 100+ MB; every `spawn`
+ * from it forks (copies the page tables of) all of it, which cost a fifth of a
+ * worker's CPU in the bench. The helper has no application code loaded, so a
+ * fork from it is cheap, and the worker's event loop never forks.
+ *
+ * `AgentSpawner.spawn(req)` resolves `{pid}` once the OS started the agent,
+ * rejects with `SpawnRefused` when the OS refused it (proven not started:
+ * ENOENT, EACCES, ...) and with `SpawnLost` when the helper died or could not
+ * be reached with the request possibly delivered (the agent may or may not
+ * run: the caller treats it as ambiguous). The helper is started on first use
+ * and again after it died; it does not keep the worker's event loop alive
+ * while idle. `close()` disconnects it; agents it watches run on (it leaves
+ * once they exited).
+ *
+ * `inlineSpawner` does the same in this process (no helper): for hosts where a
+ * second process is not wanted, and the fallback when the helper cannot be
+ * started at all.
+ */
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { writeExitRecord } from './start-marker';
+
+export interface SpawnRequest {
+  cmd: string;
+  args: string[];
+  cwd: string;
+  /** Over the worker's own environment. */
+  env: Record<string, string>;
+  logPath: string;
+  exitPath: string;
+}
+
+/** The OS refused to start the agent: proven not started. */
+export class SpawnRefused extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message);
+    this.name = 'SpawnRefused';
+  }
+}
+
+/** The helper died or was unreachable after the request may have reached it: the agent may run. */
+export class SpawnLost extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SpawnLost';
+  }
+}
+
+export interface AgentSpawner {
+  spawn(req: SpawnRequest): Promise<{ pid: number | null }>;
+  close(): void;
+}
+
+const CHILD = fileURLToPath(new URL('./spawner-child.mjs', import.meta.url));
+
+type Reply = { id: number; ok: true; pid: number } | { id: number; ok: false; code: string; message: string };
+
+interface Pending {
+  resolve(v: { pid: number | null }): void;
+  reject(err: Error): void;
+}
+
+export class HelperSpawner implements AgentSpawner {
+  private child: ChildProcess | null = null;
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+
+  private helper(): ChildProcess {
+    if (this.child && this.child.connected) return this.child;
+    // No loader hooks, no heap flags: the helper needs none of the worker's Node options.
+    const child = fork(CHILD, [], { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    child.on('message', (m: Reply) => this.settle(m));
+    const lost = (why: string) => {
+      if (this.child === child) this.child = null;
+      for (const [id, p] of this.pending) {
+        this.pending.delete(id);
+        p.reject(new SpawnLost(`the agent spawner ${why}`));
+      }
+    };
+    child.once('exit', (code, signal) => lost(`exited (${signal ?? code})`));
+    child.once('error', (err) => lost(`failed: ${err.message}`));
+    child.unref();
+    this.child = child;
+    this.idle(child);
+    return child;
+  }
+
+  /** The helper keeps this process alive only while a request waits for its answer. */
+  private idle(child: ChildProcess): void {
+    const channel = (child as unknown as { channel?: { ref(): void; unref(): void } }).channel;
+    if (this.pending.size === 0) channel?.unref();
+    else channel?.ref();
+  }
+
+  private settle(m: Reply): void {
+    const p = this.pending.get(m.id);
+    if (!p) return;
+    this.pending.delete(m.id);
+    if (this.child) this.idle(this.child);
+    if (m.ok) p.resolve({ pid: m.pid });
+    else p.reject(new SpawnRefused(m.message, m.code));
+  }
+
+  spawn(req: SpawnRequest): Promise<{ pid: number | null }> {
+    const child = this.helper();
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.idle(child);
+      child.send({ id, ...req }, (err) => {
+        if (err && this.pending.delete(id)) {
+          this.idle(child);
+          reject(new SpawnLost(`the agent spawner could not be reached: ${err.message}`));
+        }
+      });
+    });
+  }
+
+  close(): void {
+    if (this.child?.connected) this.child.disconnect();
+    this.child = null;
+  }
+}
+
+/** Spawns in this process (forks this process's heap): no helper. */
+export const inlineSpawner: AgentSpawner = {
+  async spawn(req) {
+    const fd = openSync(req.logPath, 'a');
+    try {
+      const child = await new Promise<ChildProcess>((resolve, reject) => {
+        const c = spawn(req.cmd, req.args, {
+          cwd: req.cwd,
+          env: { ...process.env, ...req.env },
+          detached: true,
+          stdio: ['ignore', fd, fd],
+        });
+        c.once('spawn', () => resolve(c));
+        c.once('error', (err: NodeJS.ErrnoException) => reject(new SpawnRefused(err.message, err.code ?? 'EIO')));
+      });
+      const pid = child.pid ?? null;
+      child.once('exit', (code, signal) => {
+        try {
+          writeExitRecord(req.exitPath, { pid, code, signal });
+        } catch {
+          // Best effort: recovery then needs a live process to prove the runtime.
+        }
+      });
+      child.unref();
+      return { pid };
+    } finally {
+      closeSync(fd);
+    }
+  },
+  close() {},
+};
+
+let shared: HelperSpawner | null = null;
+
+/** The process-wide helper spawner (one helper per worker process). */
+export function sharedSpawner(): AgentSpawner {
+  shared ??= new HelperSpawner();
+  return shared;
+}
