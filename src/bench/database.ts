@@ -59,7 +59,7 @@ export interface BenchWorld {
   repoPath: string;
 }
 
-async function makeGitRepo(): Promise<string> {
+export async function makeGitRepo(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'taskledger-bench-repo-'));
   const git = (...args: string[]) => run('git', ['-C', dir, ...args]);
   await git('init', '-q', '-b', 'main');

@@ -33,6 +33,16 @@ export interface BenchOptions {
   launch: boolean;
   /** Measure the raw-SQL ceiling. */
   ceiling: boolean;
+  /** Run the reference peer (DBOS) before and after each dialect: false with --no-peer. */
+  peer: boolean;
+  /** The peer's script (--peer or TASKLEDGER_BENCH_PEER); null: ../shared/peers/dbos/run.sh when present. */
+  peerScript: string | null;
+  /** Seconds per peer run. */
+  peerSeconds: number;
+  /** Creations one at a time after the DB shape's throughput run (the serial-latency target); 0 skips. */
+  serial: number;
+  /** Worktrees of the bare `git worktree add -b` loop the Git shape is compared with; 0 skips. */
+  gitBaseline: number;
   /** Write the results as JSON to this file. */
   json: string | null;
   pgUrl: string;
@@ -53,8 +63,15 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --warmup N                      unmeasured creations per shape first (default 30)
   --no-launch                     do not run the launch role (agents are never started)
   --no-ceiling                    skip the raw-SQL ceiling
+  --serial N                      DB-shape creations one at a time, for the serial p50 (default 100; 0 skips)
+  --git-baseline N                worktrees of the bare \`git worktree add -b\` loop (default 60; 0 skips)
+  --peer FILE                     the reference peer's script (default ../shared/peers/dbos/run.sh;
+                                  also TASKLEDGER_BENCH_PEER); run before and after each dialect
+  --peer-seconds S                length of each peer run (default 20)
+  --no-peer                       do not run the peer (its ratios are then not measured)
   --json FILE                     also write the results as JSON
-  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 10/s for 2 s
+  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 10/s for 2 s,
+                                  10 serial creations, 10 baseline worktrees, 5 s peer runs
 Databases: TASKLEDGER_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/taskledger_bench),
 TASKLEDGER_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/taskledger_bench); each is
 DROPPED, recreated and migrated per run. Redis: TASKLEDGER_REDIS_URL (a fresh queue prefix per run).`;
@@ -125,6 +142,11 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
         warmup: { type: 'string' },
         'no-launch': { type: 'boolean' },
         'no-ceiling': { type: 'boolean' },
+        serial: { type: 'string' },
+        'git-baseline': { type: 'string' },
+        peer: { type: 'string' },
+        'peer-seconds': { type: 'string' },
+        'no-peer': { type: 'boolean' },
         json: { type: 'string' },
         quick: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -150,6 +172,11 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
     warmup: positiveInt('warmup', values.warmup, quick ? 5 : 30, 0),
     launch: values['no-launch'] !== true,
     ceiling: values['no-ceiling'] !== true,
+    peer: values['no-peer'] !== true,
+    peerScript: values.peer ?? null,
+    peerSeconds: positiveNumber('peer-seconds', values['peer-seconds'], quick ? 5 : 20),
+    serial: positiveInt('serial', values.serial, quick ? 10 : 100, 0),
+    gitBaseline: positiveInt('git-baseline', values['git-baseline'], quick ? 10 : 60, 0),
     json: values.json ?? null,
     pgUrl: env.TASKLEDGER_BENCH_PG_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/taskledger_bench',
     mysqlUrl: env.TASKLEDGER_BENCH_MYSQL_URL?.trim() || 'mysql://root@127.0.0.1:3306/taskledger_bench',

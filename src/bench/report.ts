@@ -69,6 +69,11 @@ export function renderDialect(r: DialectResult): string {
   for (const s of r.shapes) {
     const d = s.dbClockLatency;
     lines.push(`  ${s.shape}:`);
+    if (s.serial && s.serial.count > 0) {
+      lines.push(
+        `    one at a time (${s.serial.count} creations): p50 ${fmt(s.serial.p50)} / p95 ${fmt(s.serial.p95)} / p99 ${fmt(s.serial.p99)} ms`,
+      );
+    }
     lines.push(
       `    request → task.created by the database clock: p50 ${fmt(d?.p50)} / p95 ${fmt(d?.p95)} / p99 ${fmt(d?.p99)} ms`,
     );
@@ -102,6 +107,16 @@ export function renderDialect(r: DialectResult): string {
       for (const x of s.stuck.slice(0, 5)) lines.push(`      ${x}`);
     }
   }
+  if (r.peer) {
+    lines.push(
+      `  peer (DBOS Transact, same PostgreSQL): ${fmt(r.peer.before.perSecond)} workflows/s just before, ${fmt(r.peer.after.perSecond)} just after; ratios use their mean ${fmt(r.peer.perSecond)}`,
+    );
+  }
+  if (r.gitBaseline) {
+    lines.push(
+      `  git baseline: a bare \`git worktree add -b\` loop made ${r.gitBaseline.worktrees} worktrees at ${fmt(r.gitBaseline.perSecond)}/s`,
+    );
+  }
   lines.push('');
   lines.push('  targets:');
   for (const t of r.targets) {
@@ -113,5 +128,18 @@ export function renderDialect(r: DialectResult): string {
 export function renderReport(report: BenchReport): string {
   const m = report.machine;
   const head = `taskledger bench · ${report.startedAt} · ${m.cpus} × ${m.cpuModel} · ${m.memoryGiB} GiB · node ${m.node}`;
-  return [head, '', ...report.dialects.map(renderDialect).flatMap((d) => [d, ''])].join('\n');
+  const p = report.peer;
+  const peerLines: string[] = [];
+  if (p.problem !== null) peerLines.push(`peer: ${p.problem}`);
+  for (const r of p.runs) {
+    peerLines.push(
+      `peer ${r.at}: DBOS Transact, concurrency ${r.concurrency}, ${r.seconds} s: ${fmt(r.perSecond)} workflows/s, p50 ${fmt(r.p50Ms)} ms, p99 ${fmt(r.p99Ms)} ms, ${fmt(r.commitsPerWorkflow)} commits per workflow`,
+    );
+  }
+  if (p.serial) {
+    peerLines.push(
+      `peer one at a time: p50 ${fmt(p.serial.p50Ms)} ms, p99 ${fmt(p.serial.p99Ms)} ms (${fmt(p.serial.perSecond)} workflows/s)`,
+    );
+  }
+  return [head, ...peerLines, '', ...report.dialects.map(renderDialect).flatMap((d) => [d, ''])].join('\n');
 }

@@ -6,6 +6,8 @@
 import type { Dialect } from '../db/config';
 import type { CeilingResult } from './ceiling';
 import type { CpuBreakdown } from './cpu';
+import type { GitBaseline } from './git-baseline';
+import type { PeerRun } from './peer';
 import type { BenchOptions, Shape } from './options';
 import type { LatencySummary } from './stats';
 
@@ -41,6 +43,8 @@ export interface ShapeResult {
   dbClockLatency: LatencySummary | null;
   /** creations/s over the ceiling's creations/s (DB shape only). */
   ceilingShare: number | null;
+  /** Creations one at a time (--serial) after the throughput run: request to task.created. */
+  serial: LatencySummary | null;
   /** The paced run at --rate (the latency target's run). */
   paced: PacedResult | null;
   /** When --rate is more than the fleet sustains: a paced run at half the measured throughput. */
@@ -68,6 +72,10 @@ export interface DialectResult {
   ceiling: CeilingResult | null;
   shapes: ShapeResult[];
   workerRssMb: number[];
+  /** The peer runs just before and just after this dialect's measurement, and their mean workflows/s. */
+  peer: { before: PeerRun; after: PeerRun; perSecond: number } | null;
+  /** The bare `git worktree add -b` loop, measured before the fleet started. */
+  gitBaseline: GitBaseline | null;
   /** 1-minute load average when the dialect's run started and ended (other work on the machine skews results). */
   loadAverage: { start: number; end: number };
   targets: TargetCheck[];
@@ -78,4 +86,6 @@ export interface BenchReport {
   machine: { host: string; cpus: number; cpuModel: string; memoryGiB: number; node: string };
   options: Omit<BenchOptions, 'pgUrl' | 'mysqlUrl' | 'redisUrl'>;
   dialects: DialectResult[];
+  /** The reference peer (DBOS Transact on the same PostgreSQL): every run, in order, and one at concurrency 1. */
+  peer: { script: string | null; runs: PeerRun[]; serial: PeerRun | null; problem: string | null };
 }

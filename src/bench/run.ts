@@ -43,6 +43,8 @@ import type { ProgressSink } from './progress';
 import { summarize, type LatencySummary } from './stats';
 import type { BenchReport, DialectResult, PacedResult, ShapeResult } from './results';
 import { checkTargets } from './targets';
+import { measureGitBaseline } from './git-baseline';
+import { findPeerScript, runPeer, type PeerRun } from './peer';
 
 const WORKER_ROLES = ['steps', 'complete', 'outbox', 'reaper'];
 
@@ -290,6 +292,25 @@ async function runShape(
       dbClockLatency: await dbClockLatency(db, p.samples),
     };
   };
+  let serial: LatencySummary | null = null;
+  if (shape === 'db' && options.serial > 0) {
+    const serialStarted = Date.now();
+    lastStatus = 0;
+    const sr = await race(
+      closedLoop(client, options.serial, 1, bodyFor(shape, world, 'serial'), (done, samples) => {
+        const now = Date.now();
+        if (now - lastStatus < 200 && done < options.serial) return;
+        lastStatus = now;
+        progress.status(
+          statusLine(`${label} one at a time:`, done, options.serial, samples, now - serialStarted),
+          done === options.serial,
+        );
+      }),
+    );
+    await race(waitIdle(db, world.workspaceId, options.launch));
+    for (const x of sr.samples) if (!x.ok && errors.length < 5) errors.push(x.error ?? 'unknown');
+    serial = summarize(sr.samples.filter((x) => x.ok).map((x) => x.latencyMs));
+  }
   let paced: PacedResult | null = null;
   let pacedSustainable: PacedResult | null = null;
   if (options.pacedShapes.includes(shape)) {
@@ -310,6 +331,7 @@ async function runShape(
     latency: summarize(ok.map((s) => s.latencyMs)),
     dbClockLatency: await dbClockLatency(db, run.samples),
     cpu: cpuPerCreation(cpuTracker.before, cpuAfter, pids, ok.length),
+    serial,
     ceilingShare: shape === 'db' && ctx.ceiling ? creationsPerSecond / ctx.ceiling.creationsPerSecond : null,
     paced,
     pacedSustainable,
@@ -369,6 +391,15 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
       );
       progress.note(
         `[${dialect} ceiling] ${fmt(ceiling.creationsPerSecond)} creations/s (${fmt(ceiling.transactionsPerSecond, 0)} tx/s, ${CEILING_TRANSACTIONS} transactions and ${ceiling.statementsPerCreation} statements per creation)`,
+      );
+    }
+
+    let gitBaseline = null;
+    if (options.shapes.includes('git') && options.gitBaseline > 0) {
+      progress.status(`[${dialect} git baseline] ${options.gitBaseline} × git worktree add -b`);
+      gitBaseline = await measureGitBaseline(options.gitBaseline);
+      progress.note(
+        `[${dialect} git baseline] bare git worktree add -b loop: ${fmt(gitBaseline.perSecond)} worktrees/s`,
       );
     }
 
@@ -438,11 +469,12 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
       launch: options.launch,
       ceiling,
       shapes,
+      peer: null,
+      gitBaseline,
       workerRssMb: workers.map((w) => mb(w.maxRssKb)),
       loadAverage: { start: loadStart, end: loadavg()[0]! },
       targets: [],
     };
-    result.targets = checkTargets(result, cpus().length);
     return result;
   } finally {
     sampler?.stop();
@@ -468,8 +500,42 @@ export async function runBench(options: BenchOptions, progress: ProgressSink): P
     },
     options: shown,
     dialects: [],
+    peer: { script: null, runs: [], serial: null, problem: null },
   };
-  for (const dialect of options.dialects) report.dialects.push(await runDialect(dialect, options, progress));
+  const peer = report.peer;
+  peer.script = options.peer ? findPeerScript(options.peerScript) : null;
+  if (!options.peer) peer.problem = 'not run (--no-peer)';
+  else if (peer.script === null)
+    peer.problem = `no peer script (looked for ${options.peerScript ?? '$TASKLEDGER_BENCH_PEER or ../shared/peers/dbos/run.sh'})`;
+  // One peer run before the first dialect and one after each: every dialect is bracketed by two.
+  const peerRun = async (concurrency: number, seconds: number): Promise<PeerRun | null> => {
+    if (peer.script === null || peer.problem !== null) return null;
+    progress.status(`[peer] DBOS Transact, concurrency ${concurrency}, ${seconds} s (${peer.script})`);
+    try {
+      const r = await runPeer(peer.script, concurrency, seconds);
+      progress.note(
+        `[peer] DBOS Transact at concurrency ${concurrency}: ${fmt(r.perSecond)} workflows/s, p50 ${fmt(r.p50Ms)} ms, p99 ${fmt(r.p99Ms)} ms`,
+      );
+      return r;
+    } catch (err) {
+      peer.problem = (err as Error).message;
+      progress.note(`[peer] ${peer.problem}`);
+      return null;
+    }
+  };
+  peer.serial = options.serial > 0 ? await peerRun(1, Math.min(options.peerSeconds, 10)) : null;
+  let previous = await peerRun(options.concurrency, options.peerSeconds);
+  if (previous) peer.runs.push(previous);
+  for (const dialect of options.dialects) {
+    const result = await runDialect(dialect, options, progress);
+    const next = await peerRun(options.concurrency, options.peerSeconds);
+    if (next) peer.runs.push(next);
+    if (previous && next)
+      result.peer = { before: previous, after: next, perSecond: (previous.perSecond + next.perSecond) / 2 };
+    previous = next;
+    result.targets = checkTargets(result, cpus().length, peer.serial);
+    report.dialects.push(result);
+  }
   progress.done();
   return report;
 }

@@ -1,8 +1,14 @@
 /**
- * The bench's targets (issue 3) and the check of one dialect's result
- * against them.
+ * The bench's targets and the check of one dialect's result against them.
  *
- * Contract: `checkTargets(result, cores)` returns one line per target: met,
+ * Issue 14's targets come first, each a ratio to a figure measured in the
+ * same run: DB-shape throughput against the reference peer (DBOS Transact,
+ * bracketing the dialect's run), one-at-a-time p50 (beside the peer's own at
+ * concurrency 1), the Git shape against a bare `git worktree add -b` loop, and
+ * the machine CPU the fleet spends per DB-shape creation. Issue 3's targets
+ * (share of the raw-SQL ceiling, paced p99, worker RSS) follow.
+ *
+ * Contract: `checkTargets(result, cores, peerSerial)` returns one line per target: met,
  * MISSED, or not measured (`met: null`). Each line's detail gives the figure
  * and, where the run shows it, why the target is out of reach on this
  * machine:
@@ -14,9 +20,20 @@
  *   loop itself, the bare SQL of one creation, sustains: no fleet issuing
  *   that SQL can keep that pace here.
  */
+import type { PeerRun } from './peer';
 import type { DialectResult, TargetCheck } from './results';
 
 export const TARGETS = {
+  /** DB-shape creations/s over the peer's workflows/s (goal 1). */
+  peerRatio: 0.5,
+  peerRatioGoal: 1,
+  /** p50 of one creation at a time, ms (goal: the peer's own, ~12 ms). */
+  serialP50Ms: 25,
+  /** Git-shape creations/s over the bare loop's worktrees/s. */
+  gitRatio: 0.6,
+  /** Machine CPU per DB-shape creation by the fleet's processes (API, workers, their subprocesses, database, Redis), ms (goal 15). */
+  cpuPerCreationMs: 30,
+  cpuPerCreationGoalMs: 15,
   /** The DB-effect shape's creations/s as a share of the ceiling. */
   ceilingShare: 0.6,
   /** p99 of the paced DB-effect run, ms. */
@@ -71,6 +88,63 @@ function rssCheck(r: DialectResult): TargetCheck {
   };
 }
 
-export function checkTargets(r: DialectResult, cores: number): TargetCheck[] {
-  return [shareCheck(r, cores), pacedCheck(r), rssCheck(r)];
+function peerCheck(r: DialectResult): TargetCheck {
+  const name = `db shape ≥ ${TARGETS.peerRatio}× DBOS (goal ${TARGETS.peerRatioGoal}×)`;
+  const db = r.shapes.find((s) => s.shape === 'db');
+  if (!db || !r.peer) return { name, met: null, detail: r.peer ? 'db shape not run' : 'peer not measured' };
+  const ratio = db.creationsPerSecond / r.peer.perSecond;
+  return {
+    name,
+    met: ratio >= TARGETS.peerRatio,
+    detail: `${fmt(ratio, 2)}× (${fmt(db.creationsPerSecond)} creations/s; DBOS ${fmt(r.peer.perSecond)} workflows/s, ${fmt(r.peer.before.perSecond)} before and ${fmt(r.peer.after.perSecond)} after)`,
+  };
+}
+
+function serialCheck(r: DialectResult, peerSerial: PeerRun | null): TargetCheck {
+  const goal = peerSerial ? `DBOS's ${fmt(peerSerial.p50Ms)} ms in this run` : 'DBOS’s';
+  const name = `one at a time p50 ≤ ${TARGETS.serialP50Ms} ms (goal ${goal})`;
+  const serial = r.shapes.find((s) => s.shape === 'db')?.serial;
+  if (!serial || serial.count === 0) return { name, met: null, detail: 'not measured' };
+  const ratio = peerSerial ? `, ${fmt(serial.p50 / peerSerial.p50Ms, 2)}× DBOS's` : '';
+  return {
+    name,
+    met: serial.p50 <= TARGETS.serialP50Ms,
+    detail: `p50 ${fmt(serial.p50)} ms, p99 ${fmt(serial.p99)} ms over ${serial.count} creations${ratio}`,
+  };
+}
+
+function gitCheck(r: DialectResult): TargetCheck {
+  const name = `git shape ≥ ${TARGETS.gitRatio}× a bare git worktree add loop`;
+  const git = r.shapes.find((s) => s.shape === 'git');
+  if (!git || !r.gitBaseline) return { name, met: null, detail: 'not measured' };
+  const ratio = git.creationsPerSecond / r.gitBaseline.perSecond;
+  return {
+    name,
+    met: ratio >= TARGETS.gitRatio,
+    detail: `${fmt(ratio, 2)}× (${fmt(git.creationsPerSecond)} creations/s; the loop ${fmt(r.gitBaseline.perSecond)} worktrees/s)`,
+  };
+}
+
+function cpuCheck(r: DialectResult): TargetCheck {
+  const name = `machine CPU per db creation ≤ ${TARGETS.cpuPerCreationMs} ms (goal ${TARGETS.cpuPerCreationGoalMs})`;
+  const c = r.shapes.find((s) => s.shape === 'db')?.cpu;
+  if (!c) return { name, met: null, detail: 'not measured' };
+  const fleet = c.api + c.workers + c.subprocesses + c.database + c.redis;
+  return {
+    name,
+    met: fleet <= TARGETS.cpuPerCreationMs,
+    detail: `${fmt(fleet)} ms: API ${fmt(c.api)}, workers ${fmt(c.workers)}, subprocesses ${fmt(c.subprocesses)}, database ${fmt(c.database)}, Redis ${fmt(c.redis)}`,
+  };
+}
+
+export function checkTargets(r: DialectResult, cores: number, peerSerial: PeerRun | null = null): TargetCheck[] {
+  return [
+    peerCheck(r),
+    serialCheck(r, peerSerial),
+    gitCheck(r),
+    cpuCheck(r),
+    shareCheck(r, cores),
+    pacedCheck(r),
+    rssCheck(r),
+  ];
 }

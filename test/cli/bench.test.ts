@@ -5,6 +5,9 @@
  * never a speed (a timed assertion would fail on a busy machine, not on a
  * regression). Both dialects.
  */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { createDataSource } from '../../src/db/data-source';
@@ -31,7 +34,15 @@ describe('taskledger bench', () => {
     expect(() => parseBenchArgs(['--dialect', 'oracle'], {})).toThrow(/--dialect/);
   });
 
-  it('runs both shapes, the paced run and the ceiling, and reports every field', async () => {
+  it('runs both shapes, the paced run, the ceiling, the baselines and the peer, and reports every field', async () => {
+    // A stand-in for the reference peer: the real one installs DBOS from npm and runs for seconds; this one
+    // answers with the script's arguments in its figures, so the test sees which concurrency each run got.
+    const dir = await mkdtemp(join(tmpdir(), 'taskledger-peer-'));
+    const peerScript = join(dir, 'peer.sh');
+    await writeFile(
+      peerScript,
+      'echo "installing..."; echo "{\\"concurrency\\":$1,\\"workflows\\":$((100*$2)),\\"wf_per_s\\":$((50+$1)),\\"p50_ms\\":$1,\\"p99_ms\\":9,\\"pg_commits_per_wf\\":31}"\n',
+    );
     const options: BenchOptions = {
       ...(parseBenchArgs(['--quick', '--dialect', config.dialect], {}) as BenchOptions),
       tasks: 3,
@@ -40,6 +51,11 @@ describe('taskledger bench', () => {
       // One creation a second never overloads even a busy machine, so no second (sustainable) paced run.
       rate: 1,
       pacedSeconds: 2,
+      serial: 2,
+      gitBaseline: 2,
+      peer: true,
+      peerScript,
+      peerSeconds: 1,
       pgUrl: scratchUrl,
       mysqlUrl: scratchUrl,
       redisUrl: process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379',
@@ -65,7 +81,18 @@ describe('taskledger bench', () => {
     expect(db!.pacedSustainable).toBeNull();
     expect(git!.paced).toBeNull();
     expect(d.workerRssMb).toHaveLength(1);
-    expect(d.targets.map((t) => t.met === null)).toEqual([false, false, false]);
+    expect(db!.serial?.count).toBe(2);
+    expect(git!.serial).toBeNull();
+    expect(d.gitBaseline).toMatchObject({ worktrees: 2, commandsPerWorktree: 1 });
+    expect(d.gitBaseline!.perSecond).toBeGreaterThan(0);
+    // One peer run at concurrency 1 (the serial goal), then one before and one after the dialect.
+    expect(report.peer.problem).toBeNull();
+    expect(report.peer.serial).toMatchObject({ concurrency: 1, perSecond: 51, p50Ms: 1 });
+    expect(report.peer.runs.map((r) => r.perSecond)).toEqual([52, 52]);
+    expect(d.peer).toMatchObject({ perSecond: 52 });
+    expect(d.targets.map((t) => t.met === null)).toEqual([false, false, false, false, false, false, false]);
+    expect(d.targets[0]!.detail).toContain('DBOS 52.0 workflows/s');
+    await rm(dir, { recursive: true, force: true });
 
     // The ceiling's synthetic creations are retired before the fleet runs: none is left live for its reaper to launch.
     const ds = createDataSource({ ...config, url: scratchUrl }, { poolSize: 1 });
@@ -81,6 +108,7 @@ describe('taskledger bench', () => {
 
     const text = renderReport(report);
     expect(text).toContain(SHAPE_TABLE_HEADER.join('  ').slice(0, 5));
-    for (const word of ['creations/s', 'p99 ms', 'ceiling', 'targets:', config.dialect]) expect(text).toContain(word);
+    for (const word of ['creations/s', 'p99 ms', 'ceiling', 'targets:', 'peer', 'git baseline', config.dialect])
+      expect(text).toContain(word);
   }, 120_000);
 });
