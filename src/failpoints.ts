@@ -38,6 +38,15 @@ export const FAILPOINT_NAMES = [
    */
   'after_effect_before_record',
   /**
+   * A step whose effect lives only in the ledger (workspace attachment,
+   * session prepare, launch intent) has been claimed, performed and recorded
+   * inside its one transaction, which has not committed
+   * (store/ledger-step.ts): a crash here rolls all of it back, so the step is
+   * exactly as it was (planned or retry_wait, same generation) with no lease
+   * to expire and nothing to reconcile; the next wake-up simply runs it.
+   */
+  'before_ledger_step_commit',
+  /**
    * Complete's phase A committed `preparing -> completing` but phase B has
    * not run: the operation must be finished by `complete_completing`
    * (idempotent phase B), and a concurrent caller must replay, not emit a

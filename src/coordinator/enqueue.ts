@@ -5,10 +5,16 @@
  * intent only once every other step succeeded), and a Complete job when the
  * Complete predicate looks satisfied or phase B is unfinished. Job IDs come
  * from step ID and generation, so calling this twice enqueues nothing new.
+ *
+ * Steps whose effect lives only in the ledger (LEDGER_ONLY_KINDS) due now
+ * share one wake-up: only the first is sent, and the worker that runs it runs
+ * the others in turn (inline, or by calling this again when it is done), each
+ * in its own one-transaction claim. A crash in between leaves the rest
+ * `planned` for the next call or the sweep.
  */
 import { completeJobId, COMPLETE_QUEUE, stepJobId, type CompleteJob, type StepJob } from '../../queues/names';
 import { readRows, type Db } from '../db/tx';
-import type { StepKind } from '../domain/vocab';
+import { LEDGER_ONLY_KINDS, type StepKind } from '../domain/vocab';
 import { addWakeup, type QueueSet } from './queues';
 
 interface RunnableRow {
@@ -83,6 +89,8 @@ export async function enqueueRunnable(
   );
   const kept: StepJob[] = [];
   const sends: Promise<unknown>[] = [];
+  let ledgerWake = false;
+  let coalesced = 0;
   for (const s of due) {
     const job: StepJob = {
       operationId,
@@ -93,14 +101,16 @@ export async function enqueueRunnable(
     };
     const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
     if (delay === 0 && options.keep?.(job)) kept.push(job);
+    else if (delay === 0 && LEDGER_ONLY_KINDS.has(s.kind) && ledgerWake) coalesced++;
     else {
+      if (delay === 0 && LEDGER_ONLY_KINDS.has(s.kind)) ledgerWake = true;
       const opts = { jobId: stepJobId(s.id, job.generation), delay };
       sends.push(addWakeup(queues.step(s.kind), s.kind, job, opts, options.replaceFailed ?? false));
     }
   }
   // Independent wake-ups: sent together, one Redis round trip of latency instead of one per step.
   await Promise.all(sends);
-  const sent = due.length - kept.length;
+  const sent = due.length - kept.length - coalesced;
   const launch = steps.filter((s) => s.kind === 'launch_intent');
   const ready = othersDone && launch.every((s) => s.state === 'armed');
   if (ready && options.keepComplete) return { steps: sent, complete: false, kept, completeKept: true };

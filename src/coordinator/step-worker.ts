@@ -2,7 +2,9 @@
  * Processes one step wake-up: claim (lease + generation) and commit, perform
  * the effect outside any transaction while a heartbeat renews the lease,
  * record by compare-and-set (inside the handler), then send the wake-ups the
- * operation needs next. A duplicate or stale job finds the step already
+ * operation needs next. A kind whose effect lives only in the ledger
+ * (`applyInClaim`) is claimed, performed and recorded in one transaction
+ * instead (store/ledger-step.ts). A duplicate or stale job finds the step already
  * claimed or finished, does nothing, and says so in the log. A permanent
  * `failed` starts recovery of the operation at once (compensate, then Abort)
  * instead of waiting for the next sweep; if another step is still running,
@@ -10,12 +12,13 @@
  */
 import { failpoint } from '../failpoints';
 import { isTaskLedgerError } from '../domain/errors';
-import type { StepState } from '../domain/vocab';
+import { LEDGER_ONLY_KINDS, type StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { StepHandlers } from '../steps/index';
 import type { EffectDeps, StepHandler } from '../steps/types';
 import { recoverUntilSettled } from '../runtime/recover';
+import { claimAndApplyLedgerStep } from '../store/ledger-step';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim } from '../store/types';
 import { stepJobId, type StepJob } from '../../queues/names';
@@ -56,27 +59,56 @@ export async function processStepJob(
   jobId: string,
 ): Promise<StepState | 'skipped'> {
   const log = deps.log.child({ operation_id: job.operationId, step_id: job.stepId, kind: job.kind, job_id: jobId });
-  let claim: StepClaim;
-  try {
-    claim = await claimTaskCreationStep(
-      deps.effects.db,
-      { kind: 'operation', operationId: job.operationId, actor: deps.workerId },
-      { kind: job.kind, stepKey: job.stepKey },
-      `${deps.workerId}/${jobId}`,
-      deps.leaseMs,
-    );
-  } catch (err) {
-    if (
-      isTaskLedgerError(err) &&
-      ['creation_state_conflict', 'stale_claim', 'not_found', 'workspace_deleting'].includes(err.code)
-    ) {
-      log.info({ reason: err.code, detail: err.message }, 'duplicate or stale step job: nothing to do');
-      deps.metrics?.jobsSkipped.inc({ queue: `step-${job.kind}`, reason: err.code });
-      return 'skipped';
-    }
-    throw err;
-  }
+  const handler = deps.handlers[job.kind] as StepHandler | undefined;
+  const auth = { kind: 'operation', operationId: job.operationId, actor: deps.workerId } as const;
+  const ref = { kind: job.kind, stepKey: job.stepKey };
+  const owner = `${deps.workerId}/${jobId}`;
+  const skipped = (err: unknown): boolean => {
+    if (!isTaskLedgerError(err) || !CLAIM_CONFLICTS.has(err.code)) return false;
+    log.info({ reason: err.code, detail: err.message }, 'duplicate or stale step job: nothing to do');
+    deps.metrics?.jobsSkipped.inc({ queue: `step-${job.kind}`, reason: err.code });
+    return true;
+  };
 
+  let state: StepState;
+  if (handler?.applyInClaim) {
+    // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts).
+    try {
+      const done = await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim);
+      state = done.outcome.state;
+    } catch (err) {
+      if (skipped(err)) return 'skipped';
+      throw err;
+    }
+  } else {
+    let claim: StepClaim;
+    try {
+      claim = await claimTaskCreationStep(deps.effects.db, auth, ref, owner, deps.leaseMs);
+    } catch (err) {
+      if (skipped(err)) return 'skipped';
+      throw err;
+    }
+    state = await performClaimed(deps, handler as StepHandler, claim, job, log);
+  }
+  deps.metrics?.stepResults.inc({ kind: job.kind, state });
+  log.debug({ state }, 'step recorded');
+  if (deps.inline && state !== 'failed') await continueInline(deps, deps.inline, job.operationId, log);
+  else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
+  if (state === 'failed') await recoverFailed(deps, job.operationId, log);
+  return state;
+}
+
+/** Claim errors that mean another worker or the ledger already moved on: the job is a logged no-op. */
+const CLAIM_CONFLICTS = new Set(['creation_state_conflict', 'stale_claim', 'not_found', 'workspace_deleting']);
+
+/** A committed claim's effect, outside any transaction, with the lease renewed while it runs. */
+async function performClaimed(
+  deps: StepWorkerDeps,
+  handler: StepHandler,
+  claim: StepClaim,
+  job: StepJob,
+  log: Logger,
+): Promise<StepState> {
   await failpoint('after_step_claim_commit', { kind: job.kind, operationId: job.operationId, stepId: job.stepId });
   let lost = false;
   const heartbeat = async (): Promise<void> => {
@@ -94,30 +126,23 @@ export async function processStepJob(
     );
   }, heartbeatEvery(deps.leaseMs));
 
-  const handler = deps.handlers[job.kind] as StepHandler;
-  let state: StepState;
   try {
-    state = await handler.perform(deps.effects, claim, heartbeat);
+    return await handler.perform(deps.effects, claim, heartbeat);
   } finally {
     clearInterval(timer);
   }
-  deps.metrics?.stepResults.inc({ kind: job.kind, state });
-  log.debug({ state, generation: claim.generation }, 'step recorded');
-  if (deps.inline && state !== 'failed') await continueInline(deps, deps.inline, job.operationId, log);
-  else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
-  if (state === 'failed') await recoverFailed(deps, job.operationId, log);
-  return state;
 }
 
 /**
- * The operation's next wake-ups, except that work which is cheap and strictly
- * sequential — the launch intent (a few rows, due only once every other step
- * succeeded) and then Complete — runs right here instead of one BullMQ hop
- * each. It goes through exactly the same claim, record and Complete paths as
- * a queued job, so nothing about the ledger changes: two workers reaching the
- * same point find one claim or Complete already done (a logged no-op), and a
- * crash here leaves what a crashed queued job leaves (the lease expires, or
- * the sweep re-sends the wake-up).
+ * The operation's next wake-ups, except that work which is cheap and needs no
+ * I/O beyond the ledger — its due ledger-only steps (one transaction each;
+ * the launch intent once every other step succeeded) and then Complete —
+ * runs right here instead of one BullMQ hop each. It goes through exactly the
+ * same claim, record and Complete paths as a queued job, so nothing about the
+ * ledger changes: two workers reaching the same point find one claim or
+ * Complete already done (a logged no-op), and a crash here leaves what a
+ * crashed queued job leaves (nothing, for a ledger-only step; the sweep
+ * re-sends the wake-up).
  */
 async function continueInline(
   deps: StepWorkerDeps,
@@ -126,13 +151,12 @@ async function continueInline(
   log: Logger,
 ): Promise<void> {
   const next = await enqueueRunnable(deps.effects.db, deps.queues, operationId, {
-    keep: (s) => s.kind === 'launch_intent',
+    keep: (s) => LEDGER_ONLY_KINDS.has(s.kind),
     keepComplete: true,
   });
-  for (const job of next.kept) {
-    // Once armed, the launch intent's own pass through here runs Complete (two levels at most).
-    await processStepJob(deps, job, `inline-${stepJobId(job.stepId, job.generation)}`);
-  }
+  // The first due one; its own pass through here runs the next, and the armed launch intent's runs Complete.
+  const [first] = next.kept;
+  if (first) await processStepJob(deps, first, `inline-${stepJobId(first.stepId, first.generation)}`);
   if (next.completeKept) {
     await processCompleteJob(inline.complete, { operationId }).catch((err: unknown) => {
       // The operation is untouched or completing: the complete job the sweep sends finishes it.

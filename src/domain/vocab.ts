@@ -16,6 +16,18 @@ export const STEP_KINDS = [
 ] as const;
 export type StepKind = (typeof STEP_KINDS)[number];
 
+/**
+ * Kinds whose effect lives only in the ledger database: a worker claims,
+ * performs and records each in one transaction (store/ledger-step.ts), and
+ * one wake-up runs all of an operation's due ones in turn (coordinator/enqueue.ts).
+ * Exactly these kinds' handlers implement `applyInClaim`.
+ */
+export const LEDGER_ONLY_KINDS: ReadonlySet<StepKind> = new Set([
+  'workspace_attachment',
+  'session_prepare',
+  'launch_intent',
+]);
+
 /** Operation states (`task_creation_operations.state`). */
 export const OPERATION_STATES = ['preparing', 'preparing-release', 'completing', 'completed', 'aborted'] as const;
 export type OperationState = (typeof OPERATION_STATES)[number];

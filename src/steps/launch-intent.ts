@@ -10,12 +10,13 @@
  * observe (read-only): armed with this exact intent and no dispatch ->
  * present; not armed and no dispatch -> absent; else conflict.
  */
-import { armExactLaunchIntent, observeLaunchIntent } from '../store/effects/launch-intent';
+import { armExactLaunchIntent, armExactLaunchIntentLocked, observeLaunchIntent } from '../store/effects/launch-intent';
 import { failpoint } from '../failpoints';
 import type { StepHandler } from './types';
 
 export const launchIntentHandler: StepHandler<'launch_intent'> = {
   kind: 'launch_intent',
+  applyInClaim: armExactLaunchIntentLocked,
   async perform(deps, claim) {
     // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
     // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).

@@ -8,12 +8,17 @@
  * observe (read-only): exact session and marker rows with no runtime ->
  * present; none of them and no runtime -> absent; else conflict.
  */
-import { applySessionPrepare, observeSessionPrepare } from '../store/effects/session-prepare';
+import {
+  applySessionPrepare,
+  applySessionPrepareLocked,
+  observeSessionPrepare,
+} from '../store/effects/session-prepare';
 import { failpoint } from '../failpoints';
 import type { StepHandler } from './types';
 
 export const sessionPrepareHandler: StepHandler<'session_prepare'> = {
   kind: 'session_prepare',
+  applyInClaim: applySessionPrepareLocked,
   async perform(deps, claim) {
     // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
     // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).

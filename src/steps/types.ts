@@ -10,6 +10,7 @@ import type { Db } from '../db/tx';
 import type { StepKind, StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
+import type { LedgerApply } from '../store/ledger-step';
 import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
 
 export interface EffectDeps {
@@ -46,6 +47,13 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * turns the step `unknown`. `heartbeat` renews the lease during long I/O.
    */
   perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>): Promise<StepState>;
+  /**
+   * Only for a kind whose effect lives only in the ledger database: its effect
+   * and record inside the claim's own transaction. The step worker then claims,
+   * performs and records in one transaction (store/ledger-step.ts) instead of
+   * a claim commit followed by `perform`.
+   */
+  readonly applyInClaim?: LedgerApply;
   /** Observes the effect of an existing step without changing anything. */
   observe(deps: EffectDeps, step: StepRow): Promise<Observation>;
   /**

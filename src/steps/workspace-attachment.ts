@@ -9,12 +9,17 @@
  * observe (read-only): exact rows and references -> present; every row this
  * step would own absent -> absent; partial, foreign or changed -> conflict.
  */
-import { applyWorkspaceAttachment, observeWorkspaceAttachment } from '../store/effects/workspace-attachment';
+import {
+  applyWorkspaceAttachment,
+  applyWorkspaceAttachmentLocked,
+  observeWorkspaceAttachment,
+} from '../store/effects/workspace-attachment';
 import { failpoint } from '../failpoints';
 import type { StepHandler } from './types';
 
 export const workspaceAttachmentHandler: StepHandler<'workspace_attachment'> = {
   kind: 'workspace_attachment',
+  applyInClaim: applyWorkspaceAttachmentLocked,
   async perform(deps, claim) {
     // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
     // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).

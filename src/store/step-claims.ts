@@ -11,7 +11,7 @@
  */
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
-import { runTransaction, type Db } from '../db/tx';
+import { runTransaction, type Db, type Tx } from '../db/tx';
 import { guardOperationLocked, lockTaskChainLocked } from './operation-guard';
 import {
   COMPENSATION_PENDING,
@@ -36,82 +36,91 @@ export async function claimTaskCreationStep(
   owner: string,
   leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<StepClaim> {
-  return runTransaction(db, 'ClaimTaskCreationStep', async (tx) => {
-    const { op, plan, workspaceState } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
-    if (workspaceState !== 'active') {
-      // The workspace deletion cascade transfers or aborts what exists; no new effect starts.
-      throw new ConflictError('workspace_deleting', 'the workspace is being deleted; no step starts', {
+  return runTransaction(db, 'ClaimTaskCreationStep', (tx) => claimStepLocked(tx, auth, ref, owner, leaseMs));
+}
+
+/** The claim inside the caller's transaction, which must hold no lock yet (it takes tiers 1 to 7). */
+export async function claimStepLocked(
+  tx: Tx,
+  auth: OperationAuthority,
+  ref: StepRef,
+  owner: string,
+  leaseMs: number,
+): Promise<StepClaim> {
+  const { op, plan, workspaceState } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
+  if (workspaceState !== 'active') {
+    // The workspace deletion cascade transfers or aborts what exists; no new effect starts.
+    throw new ConflictError('workspace_deleting', 'the workspace is being deleted; no step starts', {
+      operation_id: op.id,
+    });
+  }
+  if (op.state !== 'preparing') {
+    throw new ConflictError(
+      'creation_state_conflict',
+      `operation is ${op.state}; steps can only be claimed while preparing`,
+      {
         operation_id: op.id,
-      });
-    }
-    if (op.state !== 'preparing') {
-      throw new ConflictError(
-        'creation_state_conflict',
-        `operation is ${op.state}; steps can only be claimed while preparing`,
-        {
-          operation_id: op.id,
-          state: op.state,
-        },
-      );
-    }
-    const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
-    if (!task)
-      throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', {
+        state: op.state,
+      },
+    );
+  }
+  const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
+  if (!task)
+    throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', {
+      operation_id: op.id,
+    });
+  const steps = await lockStepsLocked(tx, op.id);
+  verifyStepSet(steps, plan);
+  const step = findStep(steps, ref);
+  const request = verifyStepRequest(step, plan);
+  if (step.state !== 'planned' && step.state !== 'retry_wait') {
+    throw new ConflictError(
+      'creation_state_conflict',
+      `step is ${step.state}; only planned or retry_wait steps can be claimed`,
+      {
+        step_id: step.id,
+        state: step.state,
+      },
+    );
+  }
+  if (steps.some((s) => s.state === 'failed' || COMPENSATION_PENDING.has(s.compensation_state))) {
+    throw new ConflictError('creation_state_conflict', 'operation is winding down (a step failed permanently)', {
+      operation_id: op.id,
+    });
+  }
+  if (step.kind === 'launch_intent' && !nonLaunchStepsReady(steps)) {
+    throw new ConflictError(
+      'creation_state_conflict',
+      'launch intent can be claimed only after every other step succeeded',
+      {
         operation_id: op.id,
-      });
-    const steps = await lockStepsLocked(tx, op.id);
-    verifyStepSet(steps, plan);
-    const step = findStep(steps, ref);
-    const request = verifyStepRequest(step, plan);
-    if (step.state !== 'planned' && step.state !== 'retry_wait') {
-      throw new ConflictError(
-        'creation_state_conflict',
-        `step is ${step.state}; only planned or retry_wait steps can be claimed`,
-        {
-          step_id: step.id,
-          state: step.state,
-        },
-      );
-    }
-    if (steps.some((s) => s.state === 'failed' || COMPENSATION_PENDING.has(s.compensation_state))) {
-      throw new ConflictError('creation_state_conflict', 'operation is winding down (a step failed permanently)', {
-        operation_id: op.id,
-      });
-    }
-    if (step.kind === 'launch_intent' && !nonLaunchStepsReady(steps)) {
-      throw new ConflictError(
-        'creation_state_conflict',
-        'launch intent can be claimed only after every other step succeeded',
-        {
-          operation_id: op.id,
-        },
-      );
-    }
-    // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
-    const [changed, lease] = await Promise.all([
-      tx.exec(
-        `UPDATE task_creation_steps
-            SET state = 'running', generation = generation + 1, attempt = attempt + 1,
-                lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
-          WHERE id = ? AND generation = ? AND state = ?`,
-        [owner, leaseMs, step.id, step.generation, step.state],
-      ),
-      tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
-    ]);
-    if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
-    return {
-      operationId: op.id,
-      stepId: step.id,
-      kind: step.kind,
-      stepKey: step.step_key,
-      generation: step.generation + 1,
-      owner,
-      leaseExpiresAt: new Date(lease!.lease_expires_at),
-      request,
-      requestSha256: step.request_sha256,
-      idempotencyKey: step.idempotency_key,
-    };
-  });
+      },
+    );
+  }
+  // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
+  const [changed, lease] = await Promise.all([
+    tx.exec(
+      `UPDATE task_creation_steps
+          SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
+        WHERE id = ? AND generation = ? AND state = ?`,
+      [owner, leaseMs, step.id, step.generation, step.state],
+    ),
+    tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
+  ]);
+  if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
+  return {
+    operationId: op.id,
+    stepId: step.id,
+    kind: step.kind,
+    stepKey: step.step_key,
+    generation: step.generation + 1,
+    owner,
+    leaseExpiresAt: new Date(lease!.lease_expires_at),
+    request,
+    requestSha256: step.request_sha256,
+    idempotencyKey: step.idempotency_key,
+  };
 }
 
 /**

@@ -12,6 +12,7 @@ import { describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { LAUNCH_QUEUE } from '../../queues/names';
 import { processStepJob } from '../../src/coordinator/step-worker';
+import { defaultStepHandlers } from '../../src/steps/index';
 import { count, sql, useTestDb } from '../support/db';
 import { useWorld, waitFor, type FleetWorld } from './support';
 
@@ -177,7 +178,8 @@ describe('a creation with every step kind', () => {
         log: (await import('../../src/log')).silentLogger(),
         timeoutMs: 5000,
       },
-      handlers: {} as never,
+      // The real handlers: session_prepare is a ledger-only kind, so this exercises its one-transaction claim.
+      handlers: defaultStepHandlers,
       queues: w.fleet.queues,
       log: (await import('../../src/log')).silentLogger(),
       metrics: null,

@@ -19,7 +19,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { processCompleteJob } from '../../src/coordinator/complete-worker';
 import { QueueSet } from '../../src/coordinator/queues';
 import { processStepJob } from '../../src/coordinator/step-worker';
-import { STEP_KINDS, type StepKind } from '../../src/domain/vocab';
+import { LEDGER_ONLY_KINDS, STEP_KINDS, type StepKind } from '../../src/domain/vocab';
 import { armFailpoint, disarmAll, failpointHits, FailpointError, type FailpointName } from '../../src/failpoints';
 import { silentLogger } from '../../src/log';
 import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
@@ -253,9 +253,52 @@ function expectedResolution(kind: StepKind, name: FailpointName): 'succeeded' | 
   return 'retry';
 }
 
-const CASES: [StepKind, FailpointName][] = STEP_KINDS.flatMap((kind) =>
+/** Kinds with a window between the claim's commit and the record's: an effect outside the ledger. */
+const CASES: [StepKind, FailpointName][] = STEP_KINDS.filter((k) => !LEDGER_ONLY_KINDS.has(k)).flatMap((kind) =>
   (['after_step_claim_commit', 'after_effect_before_record'] as const).map((n): [StepKind, FailpointName] => [kind, n]),
 );
+
+describe('a ledger-only step has no window: a crash before its one commit leaves it as it was', () => {
+  it.each([...LEDGER_ONLY_KINDS])('%s', async (kind) => {
+    const w = await beginEveryKind(t.db);
+    const before = (await rowsOf(t.db, w.operationId)).find((r) => r.kind === kind)!;
+    // The two-commit failpoints never fire for this kind: claim and record are one transaction.
+    armFailpoint('after_step_claim_commit', { kind: 'throw' }, { match: (c) => c.kind === kind });
+    armFailpoint('after_effect_before_record', { kind: 'throw' }, { match: (c) => c.kind === kind });
+    armFailpoint(
+      'before_ledger_step_commit',
+      { kind: 'throw' },
+      { match: (c) => c.kind === kind && c.operationId === w.operationId, times: 1 },
+    );
+    expect(await driveRunnable(t.db, w, kind)).toBe(true);
+    expect(failpointHits('before_ledger_step_commit')).toBe(1);
+    expect(failpointHits('after_step_claim_commit') + failpointHits('after_effect_before_record')).toBe(0);
+    // Rolled back whole: same state and generation, no lease, no owned rows; nothing for the reaper to do.
+    const crashed = (await rowsOf(t.db, w.operationId)).find((r) => r.kind === kind)!;
+    expect(crashed).toEqual(before);
+    const step = await loadStep(t.db, crashed.id);
+    expect([step.lease_owner, step.evidence_json]).toEqual([null, null]);
+    const seen = await (defaultStepHandlers[kind] as StepHandler).observe(effects(t.db, w.ws.dataDir), step);
+    expect(seen.effect).toBe('absent_proven');
+    await backdateRunning(t.db, w.operationId);
+    const report = await sweepOnce(reaper(t.db, w.ws));
+    expect(report.expiredSteps).toBe(0);
+
+    // The next wake-up simply runs it; the creation finishes with one task.created.
+    disarmAll();
+    expect(await driveRunnable(t.db, w, null)).toBe(false);
+    const after = (await rowsOf(t.db, w.operationId)).find((r) => r.kind === kind)!;
+    expect(after.state).toBe(kind === 'launch_intent' ? 'armed' : 'succeeded');
+    expect(after.generation).toBe(before.generation + 1);
+    expect(await runStep(t.db, w, crashed)).toBe('skipped');
+    const done = await processCompleteJob(
+      { db: t.db, queues, log: silentLogger(), metrics: null, workerId: 'matrix-complete' },
+      { operationId: w.operationId },
+    );
+    expect(done).toBe('completed');
+    await expectLedgerMatchesWorld(t.db, w);
+  });
+});
 
 describe('every step kind crashing at each step failpoint recovers to one task.created', () => {
   it.each(CASES)('%s at %s', async (kind, name) => {

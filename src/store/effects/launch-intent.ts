@@ -130,30 +130,33 @@ function lockNeeds(owner: EffectOwner, req: LaunchIntentRequest): LockNeed[] {
 }
 
 export async function armExactLaunchIntent(db: Db, claim: StepClaim): Promise<EffectOutcome> {
+  return runTransaction(db, 'ArmExactLaunchIntent', (tx) => armExactLaunchIntentLocked(tx, claim));
+}
+
+/** The arming and its record inside the caller's transaction (which holds no lock above tier 7). */
+export async function armExactLaunchIntentLocked(tx: Tx, claim: StepClaim): Promise<EffectOutcome> {
   const req = requestOf(claim, 'launch_intent');
   const owner = ownerOf(claim);
-  return runTransaction(db, 'ArmExactLaunchIntent', async (tx) => {
-    const ctx = await lockClaimedLocked(tx, claim);
-    if (!nonLaunchStepsReady(ctx.steps)) {
-      throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', {
-        operation_id: claim.operationId,
-      });
-    }
-    // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
-    const [, w] = await Promise.all([takeLocks(tx, lockNeeds(owner, req)), readWorld(txReader(tx), owner, req)]);
-    if (w.dispatch || w.runtime || w.sessionStarted) {
-      return failWithRowsLocked(
-        tx,
-        ctx,
-        claim,
-        'ambiguous',
-        'runtime_present',
-        'a dispatch or runtime exists before Complete',
-        worldRows(req, owner),
-      );
-    }
-    return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(owner, req)));
-  });
+  const ctx = await lockClaimedLocked(tx, claim);
+  if (!nonLaunchStepsReady(ctx.steps)) {
+    throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', {
+      operation_id: claim.operationId,
+    });
+  }
+  // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
+  const [, w] = await Promise.all([takeLocks(tx, lockNeeds(owner, req)), readWorld(txReader(tx), owner, req)]);
+  if (w.dispatch || w.runtime || w.sessionStarted) {
+    return failWithRowsLocked(
+      tx,
+      ctx,
+      claim,
+      'ambiguous',
+      'runtime_present',
+      'a dispatch or runtime exists before Complete',
+      worldRows(req, owner),
+    );
+  }
+  return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(owner, req)));
 }
 
 /**

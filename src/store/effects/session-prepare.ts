@@ -212,49 +212,49 @@ async function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World
 }
 
 export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<EffectOutcome> {
+  return runTransaction(db, 'ApplySessionPrepare', (tx) => applySessionPrepareLocked(tx, claim), {
+    restartOnUnique: EFFECT_ROW_UNIQUES,
+  });
+}
+
+/** The effect and its record inside the caller's transaction (which holds no lock above tier 7). */
+export async function applySessionPrepareLocked(tx: Tx, claim: StepClaim): Promise<EffectOutcome> {
   const req = requestOf(claim, 'session_prepare');
   const exp = expectedSessionRows(req, ownerOf(claim));
-  return runTransaction(
-    db,
-    'ApplySessionPrepare',
-    async (tx) => {
-      const ctx = await lockClaimedLocked(tx, claim);
-      const read = txReader(tx);
-      // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
-      const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, true)), readWorld(read, req, exp)]);
-      const own = ownRows(exp, w);
-      const rows = own.map((r) => r.row);
-      if (w.runtime) {
-        const runtimeRow = { table: 'executors_running', key: req.session_id, row_sha256: null };
-        return failWithRowsLocked(tx, ctx, claim, 'ambiguous', 'runtime_present', 'a runtime exists for the session', [
-          ...rows,
-          runtimeRow,
-        ]);
-      }
-      if (own.some((r) => r.p === 'foreign')) {
-        return failWithRowsLocked(
-          tx,
-          ctx,
-          claim,
-          'ambiguous',
-          'foreign_row',
-          'a session or marker row is held by someone else',
-          rows,
-        );
-      }
-      if (!w.environmentOk) {
-        const cls = own.every((r) => r.p === 'absent') ? 'permanent' : 'ambiguous';
-        const envRow = { table: 'task_environments', key: req.task_environment_id, row_sha256: null };
-        return failWithRowsLocked(tx, ctx, claim, cls, 'environment_missing', 'the task environment is gone', [
-          ...rows,
-          envRow,
-        ]);
-      }
-      await insertSessionRowsLocked(tx, req, exp, w);
-      return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(exp)));
-    },
-    { restartOnUnique: EFFECT_ROW_UNIQUES },
-  );
+  const ctx = await lockClaimedLocked(tx, claim);
+  const read = txReader(tx);
+  // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
+  const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, true)), readWorld(read, req, exp)]);
+  const own = ownRows(exp, w);
+  const rows = own.map((r) => r.row);
+  if (w.runtime) {
+    const runtimeRow = { table: 'executors_running', key: req.session_id, row_sha256: null };
+    return failWithRowsLocked(tx, ctx, claim, 'ambiguous', 'runtime_present', 'a runtime exists for the session', [
+      ...rows,
+      runtimeRow,
+    ]);
+  }
+  if (own.some((r) => r.p === 'foreign')) {
+    return failWithRowsLocked(
+      tx,
+      ctx,
+      claim,
+      'ambiguous',
+      'foreign_row',
+      'a session or marker row is held by someone else',
+      rows,
+    );
+  }
+  if (!w.environmentOk) {
+    const cls = own.every((r) => r.p === 'absent') ? 'permanent' : 'ambiguous';
+    const envRow = { table: 'task_environments', key: req.task_environment_id, row_sha256: null };
+    return failWithRowsLocked(tx, ctx, claim, cls, 'environment_missing', 'the task environment is gone', [
+      ...rows,
+      envRow,
+    ]);
+  }
+  await insertSessionRowsLocked(tx, req, exp, w);
+  return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(exp)));
 }
 
 /**

@@ -86,63 +86,60 @@ function insertMissing(tx: Tx, exp: Expected, w: World): Promise<number[]> {
 }
 
 export async function applyWorkspaceAttachment(db: Db, claim: StepClaim): Promise<EffectOutcome> {
+  return runTransaction(db, 'ApplyWorkspaceAttachment', (tx) => applyWorkspaceAttachmentLocked(tx, claim), {
+    restartOnUnique: EFFECT_ROW_UNIQUES,
+  });
+}
+
+/** The effect and its record inside the caller's transaction (which holds no lock above tier 7). */
+export async function applyWorkspaceAttachmentLocked(tx: Tx, claim: StepClaim): Promise<EffectOutcome> {
   const req = requestOf(claim, 'workspace_attachment');
   const owner = ownerOf(claim);
   const exp = expectedAttachmentRows(req, owner);
-  return runTransaction(
-    db,
-    'ApplyWorkspaceAttachment',
-    async (tx) => {
-      const ctx = await lockClaimedLocked(tx, claim);
-      const read = txReader(tx);
-      const envRepoIds =
-        req.environment_id === null ? [] : (await readEnvironmentRepos(read, req.environment_id)).map((r) => r.id);
-      // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
-      const [, w] = await Promise.all([
-        takeLocks(tx, lockNeeds(req, envRepoIds, exp, true)),
-        readWorld(read, req, exp),
-      ]);
-      const own = ownRows(exp, w);
-      if (own.some((r) => r.p === 'foreign')) {
-        return failWithRowsLocked(
-          tx,
-          ctx,
-          claim,
-          'ambiguous',
-          'foreign_row',
-          'a row the attachment needs is held by someone else',
-          own.map((r) => r.row),
-        );
-      }
-      const problem = referenceProblem(req, w);
-      if (problem !== null) {
-        const cls = own.every((r) => r.p === 'absent') ? 'permanent' : 'ambiguous';
-        return failWithRowsLocked(tx, ctx, claim, cls, problem.code, problem.message, [
-          ...problem.rows,
-          ...own.map((r) => r.row),
-        ]);
-      }
-      if (!envReposMatch(req, w)) {
-        const rows = w.envRepos.map((r) => ({ table: 'task_environment_repos', key: r.id, row_sha256: rowHash(r) }));
-        return failWithRowsLocked(
-          tx,
-          ctx,
-          claim,
-          'ambiguous',
-          'environment_changed',
-          "the environment's repositories differ from the plan",
-          rows,
-        );
-      }
-      // The inserts and the read-back, in that order, in one round trip.
-      const [, after] = await Promise.all([insertMissing(tx, exp, w), readWorld(read, req, exp)]);
-      if (ownRows(exp, after).some((r) => r.p !== 'ours'))
-        throw new Error('workspace attachment rows did not read back exactly');
-      const evidence = presentEvidenceOf(claim, observationOf(req, owner, claim.generation, exp, after));
-      return recordSuccessLocked(tx, ctx, claim, evidence);
-    },
-    { restartOnUnique: EFFECT_ROW_UNIQUES },
-  );
+  const ctx = await lockClaimedLocked(tx, claim);
+  const read = txReader(tx);
+  const envRepoIds =
+    req.environment_id === null ? [] : (await readEnvironmentRepos(read, req.environment_id)).map((r) => r.id);
+  // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
+  const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, envRepoIds, exp, true)), readWorld(read, req, exp)]);
+  const own = ownRows(exp, w);
+  if (own.some((r) => r.p === 'foreign')) {
+    return failWithRowsLocked(
+      tx,
+      ctx,
+      claim,
+      'ambiguous',
+      'foreign_row',
+      'a row the attachment needs is held by someone else',
+      own.map((r) => r.row),
+    );
+  }
+  const problem = referenceProblem(req, w);
+  if (problem !== null) {
+    const cls = own.every((r) => r.p === 'absent') ? 'permanent' : 'ambiguous';
+    return failWithRowsLocked(tx, ctx, claim, cls, problem.code, problem.message, [
+      ...problem.rows,
+      ...own.map((r) => r.row),
+    ]);
+  }
+  if (!envReposMatch(req, w)) {
+    const rows = w.envRepos.map((r) => ({ table: 'task_environment_repos', key: r.id, row_sha256: rowHash(r) }));
+    return failWithRowsLocked(
+      tx,
+      ctx,
+      claim,
+      'ambiguous',
+      'environment_changed',
+      "the environment's repositories differ from the plan",
+      rows,
+    );
+  }
+  // The inserts and the read-back, in that order, in one round trip.
+  const [, after] = await Promise.all([insertMissing(tx, exp, w), readWorld(read, req, exp)]);
+  if (ownRows(exp, after).some((r) => r.p !== 'ours'))
+    throw new Error('workspace attachment rows did not read back exactly');
+  const evidence = presentEvidenceOf(claim, observationOf(req, owner, claim.generation, exp, after));
+  return recordSuccessLocked(tx, ctx, claim, evidence);
 }
 
 /** Read-only: exact rows and references -> present; every own row absent -> absent; else conflict. */
