@@ -81,7 +81,10 @@ async function resolveBlockers(db: Db, req: CreateTaskRequest): Promise<void> {
   req.blocked_by.forEach((id, i) => {
     // Only a settled task blocks: one still being created may yet abort, and a start waiting on it would never start.
     if (!found.has(id)) {
-      throw new ValidationError(`/blocked_by/${i}`, `unknown task ${id} in this workspace (or one still being created)`);
+      throw new ValidationError(
+        `/blocked_by/${i}`,
+        `unknown task ${id} in this workspace (or one still being created)`,
+      );
     }
   });
 }

@@ -25,12 +25,13 @@ import { runTransaction, type Db, type Tx } from '../db/tx';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
 import { EFFECT_ROW_UNIQUES } from './effects/row-locks';
-import { claimStepLocked } from './step-claims';
+import type { ClaimContext } from './claimed';
+import { claimStepInContextLocked } from './step-claims';
 import type { StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim } from './types';
 
 /** A kind's effect and record inside the claim's transaction (exported by each ledger kind's effect module). */
-export type LedgerApply = (tx: Tx, claim: StepClaim) => Promise<EffectOutcome>;
+export type LedgerApply = (tx: Tx, claim: StepClaim, claimed?: ClaimContext) => Promise<EffectOutcome>;
 
 export interface LedgerStepResult {
   claim: StepClaim;
@@ -49,8 +50,8 @@ export async function claimAndApplyLedgerStep(
     db,
     'ClaimAndApplyLedgerStep',
     async (tx) => {
-      const claim = await claimStepLocked(tx, auth, ref, owner, leaseMs);
-      const outcome = await apply(tx, claim);
+      const { claim, ctx } = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs);
+      const outcome = await apply(tx, claim, ctx);
       await failpoint('before_ledger_step_commit', {
         kind: claim.kind,
         operationId: claim.operationId,

@@ -183,9 +183,7 @@ export async function claimTaskCreationRecovery(
     const next = generation + 1;
     // The operation's generation counts its recovery claims: the recovery actor's authority revision is the
     // operation at this generation, and every action's Store call re-checks the claim (RecoveryFence).
-    const bindingHash = actorBindingHash(
-      recoveryActorDocument({ ...op, generation: op.generation + 1 }, owner, next),
-    );
+    const bindingHash = actorBindingHash(recoveryActorDocument({ ...op, generation: op.generation + 1 }, owner, next));
     const changed = await tx.exec(
       `UPDATE task_creation_operations SET recovery_action = ?, recovery_generation = ?, recovery_owner = ?,
               recovery_lease_expires_at = ${tx.nowPlusMs}, recovery_actor_binding_hash = ?, generation = generation + 1,

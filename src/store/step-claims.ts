@@ -22,7 +22,8 @@ import {
   verifyStepSet,
   type StepRef,
 } from './step-rows';
-import type { OperationAuthority, StepClaim } from './types';
+import type { ClaimContext } from './claimed';
+import type { OperationAuthority, StepClaim, StepRow } from './types';
 
 /** Why 30 s by default (TASKLEDGER_LEASE_MS): long enough that a worker's
  *  heartbeat (every lease/3) survives a GC pause or a slow Git checkout, short
@@ -47,7 +48,23 @@ export async function claimStepLocked(
   owner: string,
   leaseMs: number,
 ): Promise<StepClaim> {
-  const { op, plan, workspaceState } = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
+  return (await claimStepInContextLocked(tx, auth, ref, owner, leaseMs)).claim;
+}
+
+/**
+ * The claim and what recording it needs (`ClaimContext`, as `lockClaimedLocked`
+ * would read it back): for the effect that follows in the same transaction
+ * (store/ledger-step.ts), so it neither re-locks nor re-reads.
+ */
+export async function claimStepInContextLocked(
+  tx: Tx,
+  auth: OperationAuthority,
+  ref: StepRef,
+  owner: string,
+  leaseMs: number,
+): Promise<{ claim: StepClaim; ctx: ClaimContext }> {
+  const guarded = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
+  const { op, plan, workspaceState } = guarded;
   if (workspaceState !== 'active') {
     // The workspace deletion cascade transfers or aborts what exists; no new effect starts.
     throw new ConflictError('workspace_deleting', 'the workspace is being deleted; no step starts', {
@@ -109,7 +126,7 @@ export async function claimStepLocked(
     tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
   ]);
   if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
-  return {
+  const claim: StepClaim = {
     operationId: op.id,
     stepId: step.id,
     kind: step.kind,
@@ -121,6 +138,17 @@ export async function claimStepLocked(
     requestSha256: step.request_sha256,
     idempotencyKey: step.idempotency_key,
   };
+  // The step row as the UPDATE left it (every other step is locked and unchanged).
+  const running: StepRow = {
+    ...step,
+    state: 'running',
+    generation: claim.generation,
+    attempt: step.attempt + 1,
+    lease_owner: owner,
+    lease_expires_at: claim.leaseExpiresAt,
+  };
+  const ctx: ClaimContext = { guarded, steps: steps.map((s) => (s.id === step.id ? running : s)), step: running };
+  return { claim, ctx };
 }
 
 /**

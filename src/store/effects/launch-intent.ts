@@ -23,7 +23,7 @@ import { validateStepEvidence } from '../../canonical/validate';
 import { ConflictError } from '../../domain/errors';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
-import { lockClaimedLocked } from '../claimed';
+import { lockClaimedLocked, type ClaimContext } from '../claimed';
 import { nonLaunchStepsReady } from '../step-rows';
 import type { StepClaim, StepRow } from '../types';
 import {
@@ -133,11 +133,18 @@ export async function armExactLaunchIntent(db: Db, claim: StepClaim): Promise<Ef
   return runTransaction(db, 'ArmExactLaunchIntent', (tx) => armExactLaunchIntentLocked(tx, claim));
 }
 
-/** The arming and its record inside the caller's transaction (which holds no lock above tier 7). */
-export async function armExactLaunchIntentLocked(tx: Tx, claim: StepClaim): Promise<EffectOutcome> {
+/**
+ * The arming and its record inside the caller's transaction (which holds no lock above tier 7);
+ * `claimed`: the context of a claim made earlier in the same transaction (nothing is re-read).
+ */
+export async function armExactLaunchIntentLocked(
+  tx: Tx,
+  claim: StepClaim,
+  claimed?: ClaimContext,
+): Promise<EffectOutcome> {
   const req = requestOf(claim, 'launch_intent');
   const owner = ownerOf(claim);
-  const ctx = await lockClaimedLocked(tx, claim);
+  const ctx = claimed ?? (await lockClaimedLocked(tx, claim));
   if (!nonLaunchStepsReady(ctx.steps)) {
     throw new ConflictError('creation_state_conflict', 'PreLaunchArmPredicate does not hold', {
       operation_id: claim.operationId,

@@ -22,7 +22,7 @@ import type { SessionPrepareRequest, StepEvidence } from '../../canonical/types'
 import { ConflictError } from '../../domain/errors';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
-import { lockClaimedLocked } from '../claimed';
+import { lockClaimedLocked, type ClaimContext } from '../claimed';
 import type { StepClaim, StepRow } from '../types';
 import {
   effectMismatch,
@@ -217,11 +217,18 @@ export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<Eff
   });
 }
 
-/** The effect and its record inside the caller's transaction (which holds no lock above tier 7). */
-export async function applySessionPrepareLocked(tx: Tx, claim: StepClaim): Promise<EffectOutcome> {
+/**
+ * The effect and its record inside the caller's transaction (which holds no lock above tier 7);
+ * `claimed`: the context of a claim made earlier in the same transaction (nothing is re-read).
+ */
+export async function applySessionPrepareLocked(
+  tx: Tx,
+  claim: StepClaim,
+  claimed?: ClaimContext,
+): Promise<EffectOutcome> {
   const req = requestOf(claim, 'session_prepare');
   const exp = expectedSessionRows(req, ownerOf(claim));
-  const ctx = await lockClaimedLocked(tx, claim);
+  const ctx = claimed ?? (await lockClaimedLocked(tx, claim));
   const read = txReader(tx);
   // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
   const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, true)), readWorld(read, req, exp)]);

@@ -21,7 +21,7 @@
  */
 import { canonicalJson } from '../../canonical/canonical-json';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
-import { lockClaimedLocked } from '../claimed';
+import { lockClaimedLocked, type ClaimContext } from '../claimed';
 import type { StepClaim, StepRow } from '../types';
 import {
   effectMismatch,
@@ -91,12 +91,19 @@ export async function applyWorkspaceAttachment(db: Db, claim: StepClaim): Promis
   });
 }
 
-/** The effect and its record inside the caller's transaction (which holds no lock above tier 7). */
-export async function applyWorkspaceAttachmentLocked(tx: Tx, claim: StepClaim): Promise<EffectOutcome> {
+/**
+ * The effect and its record inside the caller's transaction (which holds no lock above tier 7);
+ * `claimed`: the context of a claim made earlier in the same transaction (nothing is re-read).
+ */
+export async function applyWorkspaceAttachmentLocked(
+  tx: Tx,
+  claim: StepClaim,
+  claimed?: ClaimContext,
+): Promise<EffectOutcome> {
   const req = requestOf(claim, 'workspace_attachment');
   const owner = ownerOf(claim);
   const exp = expectedAttachmentRows(req, owner);
-  const ctx = await lockClaimedLocked(tx, claim);
+  const ctx = claimed ?? (await lockClaimedLocked(tx, claim));
   const read = txReader(tx);
   const envRepoIds =
     req.environment_id === null ? [] : (await readEnvironmentRepos(read, req.environment_id)).map((r) => r.id);
