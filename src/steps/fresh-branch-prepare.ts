@@ -6,8 +6,10 @@
  *
  * perform, in order:
  * 1. plain reads and read-only Git checks (no ledger write): repository row,
- *    planned path, repository is a Git repository, base commit exists — any
- *    of these failing is a permanent failure with `absent_proven` evidence;
+ *    planned path, repository is a Git repository, base commit exists (one
+ *    `cat-file --batch-check`, which also says whether the branch exists) —
+ *    any of these failing is a permanent failure with `absent_proven`
+ *    evidence;
  * 2. `persistWorktreeMarker` (one transaction): the step's ownership marker
  *    row is committed before any Git mutation;
  * 3. outside any transaction: `git worktree add -b <branch> <path> <base>`,
@@ -23,6 +25,11 @@
  *    (`unknown`);
  * 4. re-inspects (registered, on the branch, HEAD = base, marker) and records
  *    success with `recordFreshBranch` (one transaction).
+ * The usual case (no branch, nothing at the path) costs three Git processes
+ * besides `worktree add`: the preflight, and one `rev-parse` in the new
+ * worktree before the marker file and after it (`inspectLinkedWorktree`).
+ * Only a path or branch already there, or a failure, pays for the full
+ * inspection (`git worktree list`, which grows with the repository).
  * A crash between `worktree add` and the marker-file write leaves a worktree
  * without a marker: a retry then reports it `unknown` (ownership cannot be
  * proven), by design.
@@ -62,9 +69,24 @@ import {
 import { rowHash } from '../store/effects/row-documents';
 import { failTaskCreationStep } from '../store/step-results';
 import type { StepClaim, StepRow } from '../store/types';
-import { addWorktree, deleteBranchAt, commitExists, isGitRepository, isLockContention, isWorktreeRace } from './git';
+import {
+  addWorktree,
+  commitExists,
+  deleteBranchAt,
+  isGitRepository,
+  isLockContention,
+  isWorktreeRace,
+  repositoryPreflight,
+} from './git';
 import type { Observation, StepHandler } from './types';
-import { inspectWorktree, nothingThere, pathExists, WORKTREE_MARKER_FILE, type WorktreeState } from './worktree-state';
+import {
+  inspectLinkedWorktree,
+  inspectWorktree,
+  nothingThere,
+  pathExists,
+  WORKTREE_MARKER_FILE,
+  type WorktreeState,
+} from './worktree-state';
 
 export { WORKTREE_MARKER_FILE };
 
@@ -178,10 +200,11 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
       none,
     );
   }
-  if (!(await isGitRepository(repo.path, timeoutMs))) {
+  const pre = await repositoryPreflight(repo.path, req.base_commit, req.branch, timeoutMs);
+  if (pre === null && !(await isGitRepository(repo.path, timeoutMs))) {
     return fail(db, claim, 'permanent', 'not_a_repository', `${repo.path} is not a Git repository`, none);
   }
-  if (!(await commitExists(repo.path, req.base_commit, timeoutMs))) {
+  if (!(pre?.commit ?? (await commitExists(repo.path, req.base_commit, timeoutMs)))) {
     return fail(
       db,
       claim,
@@ -196,8 +219,11 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
   if (persisted !== 'persisted') return persisted.state;
 
   const marker = markerFileText(req, owner);
-  let g = await inspect(repo.path, path, req.branch, timeoutMs);
-  if (nothingThere(g)) {
+  // A new worktree's usual case — no branch (preflight) and nothing at the planned path — needs no full
+  // inspection; anything else is inspected in full before Git is touched.
+  const fresh = pre !== null && pre.branchAt === null && !(await pathExists(path));
+  const before = fresh ? null : await inspect(repo.path, path, req.branch, timeoutMs);
+  if (before === null || nothingThere(before)) {
     try {
       await mkdir(dirname(path), { recursive: true });
       await addWorktree(repo.path, path, req.branch, req.base_commit, timeoutMs);
@@ -218,23 +244,29 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
       }
       return fail(db, claim, 'ambiguous', 'git_failed', message, gitRows(req, after));
     }
-    g = await inspect(repo.path, path, req.branch, timeoutMs);
-    if (!g.registered || g.gitDir === null || g.markerText !== null) {
+    const made = await inspectLinkedWorktree(repo.path, path, req.branch, timeoutMs);
+    if (made === null || made.gitDir === null || made.markerText !== null) {
+      const g = await inspect(repo.path, path, req.branch, timeoutMs);
       return fail(db, claim, 'ambiguous', 'worktree_mismatch', 'the new worktree is not as created', gitRows(req, g));
     }
-    await writeMarkerFile(g.gitDir, marker);
-  } else if (!(g.registered && g.markerText === marker)) {
+    await writeMarkerFile(made.gitDir, marker);
+  } else if (!(before.registered && before.markerText === marker)) {
     return fail(
       db,
       claim,
       'ambiguous',
       'foreign_worktree',
       "the path or branch exists without this step's marker",
-      gitRows(req, g),
+      gitRows(req, before),
     );
   }
   await heartbeat();
-  g = await inspect(repo.path, path, req.branch, timeoutMs);
+  // The proof the record rests on: registered here, on the branch, HEAD and branch at the base commit, this
+  // step's marker. Read from the worktree itself; when that read is not exact, the full inspection decides
+  // and is the failure's evidence.
+  const linked = await inspectLinkedWorktree(repo.path, path, req.branch, timeoutMs);
+  const g =
+    linked !== null && exact(linked, req, marker) ? linked : await inspect(repo.path, path, req.branch, timeoutMs);
   if (!exact(g, req, marker)) {
     return fail(
       db,

@@ -10,6 +10,8 @@
  *   `listWorktrees`, `absoluteGitDir`, `headCommit`, `currentBranch`) answer
  *   `false`/`null` for "not there" and reject only when Git itself could not
  *   answer (timeout, crash).
+ * - `repositoryPreflight` answers "base commit there? branch there?" with one
+ *   process, for the hot path of a new worktree.
  * - `isLockContention(err)`: another Git process holds a `.lock` file.
  * - `addWorktree` runs one `git worktree add` per repository at a time within
  *   a process: concurrent adds in one repository make Git read each other's
@@ -37,9 +39,9 @@ export class GitCommandError extends Error {
 
 const GIT_ENV = { ...process.env, LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' };
 
-export function runGit(args: readonly string[], timeoutMs: number): Promise<string> {
+export function runGit(args: readonly string[], timeoutMs: number, input?: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(
+    const child = execFile(
       'git',
       [...args],
       { timeout: timeoutMs, env: GIT_ENV, maxBuffer: 16 * 1024 * 1024, killSignal: 'SIGKILL' },
@@ -60,6 +62,7 @@ export function runGit(args: readonly string[], timeoutMs: number): Promise<stri
         );
       },
     );
+    if (input !== undefined) child.stdin?.end(input);
   });
 }
 
@@ -94,6 +97,40 @@ export async function isGitRepository(path: string, timeoutMs: number): Promise<
     if (err instanceof GitCommandError && !err.timedOut) return false;
     throw err;
   }
+}
+
+export interface RepositoryPreflight {
+  /** The base commit is in the repository. */
+  commit: boolean;
+  /** The commit `refs/heads/<branch>` points at, or null when the branch does not exist. */
+  branchAt: string | null;
+}
+
+/**
+ * One `git cat-file --batch-check` answers what a new worktree needs to know before it is made: whether
+ * the base commit exists and whether the branch does. Null when Git does not answer there (not a
+ * repository, a missing directory): the caller then asks `isGitRepository` for the precise reason.
+ */
+export async function repositoryPreflight(
+  repo: string,
+  baseCommit: string,
+  branch: string,
+  timeoutMs: number,
+): Promise<RepositoryPreflight | null> {
+  let out: string;
+  try {
+    out = await runGit(
+      ['-C', repo, 'cat-file', '--batch-check=%(objectname) %(objecttype)'],
+      timeoutMs,
+      `${baseCommit}^{commit}\nrefs/heads/${branch}^{commit}\n`,
+    );
+  } catch (err) {
+    if (err instanceof GitCommandError && !err.timedOut) return null;
+    throw err;
+  }
+  const [commitLine = '', branchLine = ''] = out.split('\n');
+  const found = (line: string) => (line.endsWith(' commit') ? line.slice(0, -' commit'.length) : null);
+  return { commit: found(commitLine) !== null, branchAt: found(branchLine) };
 }
 
 export async function commitExists(repo: string, commit: string, timeoutMs: number): Promise<boolean> {

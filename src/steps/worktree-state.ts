@@ -4,10 +4,15 @@
  * worktree's own git directory, and (on request) whether the checkout is
  * clean. One inspection for the step (perform/observe), its compensation and
  * the cleanup worker. I/O only: never call inside a SQL transaction.
+ *
+ * `inspectWorktree` asks Git everything (`worktree list` reads every linked
+ * worktree of the repository, so it grows with the repository); the hot path
+ * of a step that has just made its worktree uses `inspectLinkedWorktree`,
+ * which reads the same facts from that one worktree with one Git process.
  */
 import { lstat, readFile, realpath } from 'node:fs/promises';
-import { join } from 'node:path';
-import { absoluteGitDir, branchCommit, currentBranch, headCommit, listWorktrees, runGit } from './git';
+import { join, resolve } from 'node:path';
+import { absoluteGitDir, branchCommit, currentBranch, GitCommandError, headCommit, listWorktrees, runGit } from './git';
 
 /** The ownership marker, in the worktree's own git directory (the agent's checkout stays untouched). */
 export const WORKTREE_MARKER_FILE = 'taskledger-owner.json';
@@ -70,3 +75,67 @@ export async function inspectWorktree(
 
 /** No path, no registration, no branch. */
 export const nothingThere = (s: WorktreeState): boolean => !s.pathExists && !s.registered && s.branchAt === null;
+
+/**
+ * The same facts as `inspectWorktree` for a worktree expected at `path`, from one `git rev-parse` in the
+ * worktree and the small files Git itself keeps for it: registered = the worktree's administrative
+ * directory belongs to `repo`'s common directory and its `gitdir` file points back at `path` (what
+ * `worktree list` reads); the registered branch is that directory's HEAD. Null when the worktree cannot be
+ * read that way (no worktree there, the branch is missing, a detached or foreign layout): the caller then
+ * inspects in full, which also gives the evidence of what is there.
+ */
+export async function inspectLinkedWorktree(
+  repo: string,
+  path: string,
+  branch: string,
+  timeoutMs: number,
+): Promise<WorktreeState | null> {
+  let out: string;
+  try {
+    out = await runGit(
+      [
+        '-C',
+        path,
+        'rev-parse',
+        '--path-format=absolute',
+        '--git-common-dir',
+        '--absolute-git-dir',
+        'HEAD',
+        `refs/heads/${branch}^{commit}`,
+        '--symbolic-full-name',
+        'HEAD',
+      ],
+      timeoutMs,
+    );
+  } catch (err) {
+    if (err instanceof GitCommandError && !err.timedOut) return null;
+    throw err;
+  }
+  const [commonDir, gitDir, head, branchAt, checkedOut] = out.trim().split('\n');
+  if (!commonDir || !gitDir || !head || !branchAt || !checkedOut) return null;
+  const real = (p: string) => realpath(p).catch(() => null);
+  const [realRepo, realCommon, realGitDir, realPath] = await Promise.all([
+    real(repo),
+    real(commonDir),
+    real(gitDir),
+    real(path),
+  ]);
+  if (realRepo === null || realCommon === null || realGitDir === null || realPath === null) return null;
+  const ownsRepo = realCommon === realRepo || realCommon === join(realRepo, '.git');
+  const backLink = (await readFile(join(gitDir, 'gitdir'), 'utf8').catch(() => '')).trim();
+  const backTo = backLink === '' ? null : await real(resolve(gitDir, backLink, '..'));
+  const registered = ownsRepo && resolve(realGitDir, '..') === join(realCommon, 'worktrees') && backTo === realPath;
+  if (!registered) return null;
+  const ref = checkedOut === 'HEAD' ? null : checkedOut;
+  return {
+    pathExists: true,
+    registered,
+    registeredBranch: ref,
+    branchAt,
+    head,
+    checkedOut: ref,
+    gitDir,
+    markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null),
+    clean: null,
+  };
+}
