@@ -62,7 +62,11 @@ export function runGit(args: readonly string[], timeoutMs: number, input?: strin
         );
       },
     );
-    if (input !== undefined) child.stdin?.end(input);
+    if (input !== undefined) {
+      // Git may exit before reading its input (not a repository): the broken pipe is that answer, not an error.
+      child.stdin?.on('error', () => undefined);
+      child.stdin?.end(input);
+    }
   });
 }
 
