@@ -64,7 +64,9 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --no-launch                     do not run the launch role (agents are never started)
   --no-ceiling                    skip the raw-SQL ceiling
   --serial N                      DB-shape creations one at a time, for the serial p50 (default 100; 0 skips)
-  --git-baseline N                worktrees of the bare \`git worktree add -b\` loop (default 60; 0 skips)
+  --git-baseline N                worktrees of the bare \`git worktree add -b\` loop, in the Git shape's own
+                                  repository before it runs (default warmup + tasks, as many as the
+                                  shape makes; removed again before the shape starts; 0 skips)
   --peer FILE                     the reference peer's script (default ../shared/peers/dbos/run.sh;
                                   also TASKLEDGER_BENCH_PEER); run before and after each dialect
   --peer-seconds S                length of each peer run (default 20)
@@ -160,23 +162,26 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
   const shapes = shapeList('shapes', values.shapes, ['db', 'git']);
   if (shapes.length === 0) throw new BenchUsageError('--shapes names no shape');
   const pacedShapes = shapeList('paced-shapes', values['paced-shapes'], ['db']).filter((s) => shapes.includes(s));
+  const tasks = positiveInt('tasks', values.tasks, quick ? 40 : 500);
+  const warmup = positiveInt('warmup', values.warmup, quick ? 5 : 30, 0);
   return {
     dialects: dialects(values.dialect),
-    tasks: positiveInt('tasks', values.tasks, quick ? 40 : 500),
+    tasks,
     workers: positiveInt('workers', values.workers, quick ? 1 : 2),
     concurrency: positiveInt('concurrency', values.concurrency, quick ? 4 : 16),
     rate: positiveNumber('rate', values.rate, quick ? 10 : 100),
     pacedSeconds: positiveNumber('paced-seconds', values['paced-seconds'], quick ? 2 : 10),
     shapes,
     pacedShapes,
-    warmup: positiveInt('warmup', values.warmup, quick ? 5 : 30, 0),
+    warmup,
     launch: values['no-launch'] !== true,
     ceiling: values['no-ceiling'] !== true,
     peer: values['no-peer'] !== true,
     peerScript: values.peer ?? null,
     peerSeconds: positiveNumber('peer-seconds', values['peer-seconds'], quick ? 5 : 20),
     serial: positiveInt('serial', values.serial, quick ? 10 : 100, 0),
-    gitBaseline: positiveInt('git-baseline', values['git-baseline'], quick ? 10 : 60, 0),
+    // As many worktrees as the Git shape makes: `worktree add` slows as a repository's worktrees grow.
+    gitBaseline: positiveInt('git-baseline', values['git-baseline'], warmup + tasks, 0),
     json: values.json ?? null,
     pgUrl: env.TASKLEDGER_BENCH_PG_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/taskledger_bench',
     mysqlUrl: env.TASKLEDGER_BENCH_MYSQL_URL?.trim() || 'mysql://root@127.0.0.1:3306/taskledger_bench',

@@ -114,7 +114,7 @@ export function renderDialect(r: DialectResult): string {
   }
   if (r.gitBaseline) {
     lines.push(
-      `  git baseline: a bare \`git worktree add -b\` loop made ${r.gitBaseline.worktrees} worktrees at ${fmt(r.gitBaseline.perSecond)}/s`,
+      `  git baseline: a bare \`git worktree add -b\` loop made ${r.gitBaseline.worktrees} worktrees in the Git shape's repository at ${fmt(r.gitBaseline.perSecond)}/s`,
     );
   }
   lines.push('');

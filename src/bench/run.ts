@@ -397,7 +397,7 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
     let gitBaseline = null;
     if (options.shapes.includes('git') && options.gitBaseline > 0) {
       progress.status(`[${dialect} git baseline] ${options.gitBaseline} × git worktree add -b`);
-      gitBaseline = await measureGitBaseline(options.gitBaseline);
+      gitBaseline = await measureGitBaseline(world.repoPath, options.gitBaseline);
       progress.note(
         `[${dialect} git baseline] bare git worktree add -b loop: ${fmt(gitBaseline.perSecond)} worktrees/s`,
       );

@@ -1,11 +1,10 @@
 /**
  * Resolves a branch or ref of a local Git repository to its full commit ID,
  * with the Git CLI. Runs outside any SQL transaction (it is I/O).
+ * `GitError.reason`: not_a_repository, unknown_ref, or git_failed (the
+ * command was lost or answered something that is not a commit ID).
  */
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
-
-const run = promisify(execFile);
+import { runCommand, type RunRequest } from '../launch/spawner';
 
 /** Why 10 s: rev-parse on a local repository takes milliseconds; a hung
  *  filesystem must not hold a create request forever. */
@@ -21,30 +20,37 @@ export class GitError extends Error {
   }
 }
 
+const git = (args: string[]): RunRequest => ({
+  file: 'git',
+  args,
+  env: { LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' },
+  timeoutMs: GIT_TIMEOUT_MS,
+  maxBuffer: 1024 * 1024,
+});
+
+/**
+ * One `rev-parse --verify` in the usual case (from the process's small helper, so the API process never
+ * forks its heap); only when it fails, a second asks whether `repoPath` is a repository at all, for the
+ * precise error.
+ */
 export async function resolveCommit(repoPath: string, ref: string): Promise<string> {
-  try {
-    const inside = await run('git', ['-C', repoPath, 'rev-parse', '--is-inside-work-tree', '--git-dir'], {
-      timeout: GIT_TIMEOUT_MS,
-    });
-    if (!inside.stdout.trim()) throw new GitError(`${repoPath} is not a Git repository`, 'not_a_repository');
-  } catch (err) {
-    if (err instanceof GitError) throw err;
+  const verified = await runCommand(
+    git(['-C', repoPath, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`]),
+  ).catch((err: Error) => {
+    throw new GitError(`git rev-parse in ${repoPath} was lost: ${err.message}`, 'git_failed');
+  });
+  if (verified.exitCode === 0) {
+    const commit = verified.stdout.trim();
+    if (!/^[0-9a-f]{40}([0-9a-f]{24})?$/.test(commit)) {
+      throw new GitError(`unexpected rev-parse output for ${ref}`, 'git_failed');
+    }
+    return commit;
+  }
+  const inside = await runCommand(git(['-C', repoPath, 'rev-parse', '--is-inside-work-tree', '--git-dir'])).catch(
+    () => null,
+  );
+  if (inside === null || inside.exitCode !== 0 || inside.stdout.trim() === '') {
     throw new GitError(`${repoPath} is not a Git repository`, 'not_a_repository');
   }
-  try {
-    const { stdout } = await run(
-      'git',
-      ['-C', repoPath, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`],
-      {
-        timeout: GIT_TIMEOUT_MS,
-      },
-    );
-    const commit = stdout.trim();
-    if (!/^[0-9a-f]{40}([0-9a-f]{24})?$/.test(commit))
-      throw new GitError(`unexpected rev-parse output for ${ref}`, 'git_failed');
-    return commit;
-  } catch (err) {
-    if (err instanceof GitError) throw err;
-    throw new GitError(`branch or ref "${ref}" does not exist in ${repoPath}`, 'unknown_ref');
-  }
+  throw new GitError(`branch or ref "${ref}" does not exist in ${repoPath}`, 'unknown_ref');
 }

@@ -15,11 +15,18 @@
  * signal}`, keys sorted, written to a temporary file and renamed) — best
  * effort, as in the worker before: recovery copes without it.
  *
+ * It also runs short commands for the worker (Git, for the step effects):
+ *   request  {id, run: {file, args, env, input, timeoutMs, maxBuffer}}
+ *   reply    {id, ok: true, result: {stdout, stderr, exitCode, errorCode,
+ *            signal, killed, message}} once the command ended, whatever its
+ *            status (exitCode 0 is success; errorCode is a spawn error such as
+ *            ENOENT; killed/signal mean its timeout or a signal ended it).
+ *
  * When the worker goes away (the channel disconnects), nothing new starts;
  * the process stays until the agents it watches have exited, then leaves.
  * Plain JavaScript on purpose: it must start without the TypeScript loader.
  */
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { closeSync, openSync, renameSync, writeFileSync } from 'node:fs';
 
 let watching = 0;
@@ -79,8 +86,43 @@ function start(req) {
   });
 }
 
+function reply(message) {
+  if (process.connected) process.send(message);
+}
+
+function run(id, cmd) {
+  const child = execFile(
+    cmd.file,
+    cmd.args,
+    {
+      env: { ...process.env, ...cmd.env },
+      timeout: cmd.timeoutMs,
+      maxBuffer: cmd.maxBuffer,
+      killSignal: 'SIGKILL',
+    },
+    (err, stdout, stderr) => {
+      const result = {
+        stdout: String(stdout),
+        stderr: String(stderr),
+        exitCode: err ? (typeof err.code === 'number' ? err.code : null) : 0,
+        errorCode: err && typeof err.code === 'string' ? err.code : null,
+        signal: err?.signal ?? null,
+        killed: err?.killed === true,
+        message: err ? err.message : null,
+      };
+      reply({ id, ok: true, result });
+    },
+  );
+  if (typeof cmd.input === 'string') {
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(cmd.input);
+  }
+}
+
 process.on('message', (req) => {
-  if (req && typeof req === 'object' && typeof req.id === 'number') start(req);
+  if (!req || typeof req !== 'object' || typeof req.id !== 'number') return;
+  if (req.run && typeof req.run === 'object') run(req.id, req.run);
+  else start(req);
 });
 process.on('disconnect', () => {
   connected = false;

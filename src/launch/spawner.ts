@@ -14,11 +14,17 @@
  * while idle. `close()` disconnects it; agents it watches run on (it leaves
  * once they exited).
  *
+ * `HelperSpawner.run(cmd)` runs a short command (Git, for the step effects)
+ * from the same helper and resolves with its outcome, whatever its exit
+ * status; it rejects with `SpawnLost` when the helper died first (the command
+ * may or may not have run). `runCommand` uses the process-wide helper, or runs
+ * in this process when `TASKLEDGER_SPAWNER=inline`.
+ *
  * `inlineSpawner` does the same in this process (no helper): for hosts where a
  * second process is not wanted, and the fallback when the helper cannot be
  * started at all.
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { writeExitRecord } from './start-marker';
@@ -52,6 +58,30 @@ export class SpawnLost extends Error {
   }
 }
 
+/** A short command for the helper to run (`execFile`, no shell). */
+export interface RunRequest {
+  file: string;
+  args: string[];
+  /** Over the worker's own environment. */
+  env: Record<string, string>;
+  input?: string;
+  timeoutMs: number;
+  maxBuffer: number;
+}
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+  /** 0 on success; null when it did not exit normally (a signal, a spawn error). */
+  exitCode: number | null;
+  /** A spawn error's code (ENOENT, ...), else null. */
+  errorCode: string | null;
+  signal: string | null;
+  /** Its timeout killed it. */
+  killed: boolean;
+  message: string | null;
+}
+
 export interface AgentSpawner {
   spawn(req: SpawnRequest): Promise<{ pid: number | null }>;
   close(): void;
@@ -59,10 +89,13 @@ export interface AgentSpawner {
 
 const CHILD = fileURLToPath(new URL('./spawner-child.mjs', import.meta.url));
 
-type Reply = { id: number; ok: true; pid: number } | { id: number; ok: false; code: string; message: string };
+type Reply =
+  | { id: number; ok: true; pid: number; result?: undefined }
+  | { id: number; ok: true; result: RunResult }
+  | { id: number; ok: false; code: string; message: string };
 
 interface Pending {
-  resolve(v: { pid: number | null }): void;
+  resolve(v: unknown): void;
   reject(err: Error): void;
 }
 
@@ -103,23 +136,32 @@ export class HelperSpawner implements AgentSpawner {
     if (!p) return;
     this.pending.delete(m.id);
     if (this.child) this.idle(this.child);
-    if (m.ok) p.resolve({ pid: m.pid });
-    else p.reject(new SpawnRefused(m.message, m.code));
+    if (!m.ok) p.reject(new SpawnRefused(m.message, m.code));
+    else if (m.result !== undefined) p.resolve(m.result);
+    else p.resolve({ pid: m.pid });
   }
 
-  spawn(req: SpawnRequest): Promise<{ pid: number | null }> {
+  private request<T>(message: object): Promise<T> {
     const child = this.helper();
     const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve, reject });
       this.idle(child);
-      child.send({ id, ...req }, (err) => {
+      child.send({ id, ...message }, (err) => {
         if (err && this.pending.delete(id)) {
           this.idle(child);
           reject(new SpawnLost(`the agent spawner could not be reached: ${err.message}`));
         }
       });
     });
+  }
+
+  spawn(req: SpawnRequest): Promise<{ pid: number | null }> {
+    return this.request<{ pid: number | null }>(req);
+  }
+
+  run(cmd: RunRequest): Promise<RunResult> {
+    return this.request<RunResult>({ run: cmd });
   }
 
   close(): void {
@@ -162,8 +204,47 @@ export const inlineSpawner: AgentSpawner = {
 
 let shared: HelperSpawner | null = null;
 
-/** The process-wide helper spawner (one helper per worker process). */
-export function sharedSpawner(): AgentSpawner {
+function sharedHelper(): HelperSpawner {
   shared ??= new HelperSpawner();
   return shared;
+}
+
+/** The process-wide helper spawner (one helper per worker process). */
+export function sharedSpawner(): AgentSpawner {
+  return sharedHelper();
+}
+
+/** Runs `cmd` in this process (forks this process's heap). */
+export function runInline(cmd: RunRequest): Promise<RunResult> {
+  return new Promise((resolve) => {
+    const child = execFile(
+      cmd.file,
+      cmd.args,
+      { env: { ...process.env, ...cmd.env }, timeout: cmd.timeoutMs, maxBuffer: cmd.maxBuffer, killSignal: 'SIGKILL' },
+      (err, stdout, stderr) => {
+        const e = err as (NodeJS.ErrnoException & { code?: unknown; killed?: boolean; signal?: string | null }) | null;
+        resolve({
+          stdout: String(stdout),
+          stderr: String(stderr),
+          exitCode: e ? (typeof e.code === 'number' ? e.code : null) : 0,
+          errorCode: e && typeof e.code === 'string' ? e.code : null,
+          signal: e?.signal ?? null,
+          killed: e?.killed === true,
+          message: e ? e.message : null,
+        });
+      },
+    );
+    if (cmd.input !== undefined) {
+      child.stdin?.on('error', () => undefined);
+      child.stdin?.end(cmd.input);
+    }
+  });
+}
+
+/**
+ * Runs a short command from the process-wide helper (so this process never forks its heap), or in this
+ * process when TASKLEDGER_SPAWNER=inline. Rejects with `SpawnLost` only when the helper died first.
+ */
+export function runCommand(cmd: RunRequest): Promise<RunResult> {
+  return process.env.TASKLEDGER_SPAWNER === 'inline' ? runInline(cmd) : sharedHelper().run(cmd);
 }

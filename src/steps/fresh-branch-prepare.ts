@@ -25,9 +25,10 @@
  *    (`unknown`);
  * 4. re-inspects (registered, on the branch, HEAD = base, marker) and records
  *    success with `recordFreshBranch` (one transaction).
- * The usual case (no branch, nothing at the path) costs three Git processes
+ * The usual case (no branch, nothing at the path) costs two Git processes
  * besides `worktree add`: the preflight, and one `rev-parse` in the new
- * worktree before the marker file and after it (`inspectLinkedWorktree`).
+ * worktree once its marker file is written (`inspectLinkedWorktree`); the
+ * marker goes to the directory the worktree's `.git` file names.
  * Only a path or branch already there, or a failure, pays for the full
  * inspection (`git worktree list`, which grows with the repository).
  * A crash between `worktree add` and the marker-file write leaves a worktree
@@ -82,6 +83,7 @@ import type { Observation, StepHandler } from './types';
 import {
   inspectLinkedWorktree,
   inspectWorktree,
+  linkedGitDir,
   nothingThere,
   pathExists,
   WORKTREE_MARKER_FILE,
@@ -244,8 +246,8 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
       }
       return fail(db, claim, 'ambiguous', 'git_failed', message, gitRows(req, after));
     }
-    const made = await inspectLinkedWorktree(repo.path, path, req.branch, timeoutMs);
-    if (made === null || made.gitDir === null || made.markerText !== null) {
+    const made = await linkedGitDir(path);
+    if (made === null || made.markerText !== null) {
       const g = await inspect(repo.path, path, req.branch, timeoutMs);
       return fail(db, claim, 'ambiguous', 'worktree_mismatch', 'the new worktree is not as created', gitRows(req, g));
     }

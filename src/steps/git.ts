@@ -1,6 +1,9 @@
 /**
  * Git CLI helpers for step effects (`execFile('git', ...)`, no shell, a
- * timeout on every call). I/O: never call these inside a SQL transaction.
+ * timeout on every call), run from the process's small helper process
+ * (src/launch/spawner.ts: forking a worker's heap for every Git command cost
+ * the worker more CPU than Git itself), or in this process with
+ * TASKLEDGER_SPAWNER=inline. I/O: never call these inside a SQL transaction.
  *
  * Contract:
  * - `runGit(args, timeoutMs)` resolves to stdout or rejects with `GitCommandError`
@@ -20,7 +23,7 @@
  *   happen; `isWorktreeRace` recognises it and `deleteBranchAt` undoes the
  *   branch by compare-and-set.
  */
-import { execFile } from 'node:child_process';
+import { runCommand, type RunResult } from '../launch/spawner';
 import { readdir, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
@@ -37,37 +40,26 @@ export class GitCommandError extends Error {
   }
 }
 
-const GIT_ENV = { ...process.env, LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' };
+const GIT_ENV = { LC_ALL: 'C', GIT_TERMINAL_PROMPT: '0' };
 
-export function runGit(args: readonly string[], timeoutMs: number, input?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(
-      'git',
-      [...args],
-      { timeout: timeoutMs, env: GIT_ENV, maxBuffer: 16 * 1024 * 1024, killSignal: 'SIGKILL' },
-      (err, stdout, stderr) => {
-        if (!err) return resolve(stdout);
-        const e = err as NodeJS.ErrnoException & { code?: unknown; killed?: boolean; signal?: string | null };
-        const timedOut = e.killed === true || (e.signal !== null && e.signal !== undefined);
-        const exitCode = typeof e.code === 'number' ? e.code : null;
-        const detail = String(stderr).trim().split('\n').slice(-3).join(' | ');
-        reject(
-          new GitCommandError(
-            `git ${args.join(' ')} ${timedOut ? 'timed out' : `failed (${exitCode ?? e.code ?? 'error'})`}: ${detail}`,
-            args,
-            exitCode,
-            String(stderr),
-            timedOut,
-          ),
-        );
-      },
-    );
-    if (input !== undefined) {
-      // Git may exit before reading its input (not a repository): the broken pipe is that answer, not an error.
-      child.stdin?.on('error', () => undefined);
-      child.stdin?.end(input);
-    }
-  });
+export async function runGit(args: readonly string[], timeoutMs: number, input?: string): Promise<string> {
+  let r: RunResult;
+  try {
+    r = await runCommand({ file: 'git', args: [...args], env: GIT_ENV, input, timeoutMs, maxBuffer: 16 * 1024 * 1024 });
+  } catch (err) {
+    // The helper died with the command in flight: Git may or may not have run. No exit status, no timeout.
+    throw new GitCommandError(`git ${args.join(' ')} lost: ${(err as Error).message}`, args, null, '', false);
+  }
+  if (r.exitCode === 0) return r.stdout;
+  const timedOut = r.killed || r.signal !== null;
+  const detail = r.stderr.trim().split('\n').slice(-3).join(' | ');
+  throw new GitCommandError(
+    `git ${args.join(' ')} ${timedOut ? 'timed out' : `failed (${r.exitCode ?? r.errorCode ?? 'error'})`}: ${detail}`,
+    args,
+    r.exitCode,
+    r.stderr,
+    timedOut,
+  );
 }
 
 /** Exit status 1/128 of a query means "no"; anything else (timeout, spawn failure) is a real error. */

@@ -139,3 +139,16 @@ export async function inspectLinkedWorktree(
     clean: null,
   };
 }
+
+/**
+ * The administrative directory a linked worktree's `.git` file names (`gitdir: <dir>`), and the marker
+ * file's text there: read from the file system, no Git process. Null when `path/.git` is not such a file.
+ * What it says is proven afterwards by `inspectLinkedWorktree`.
+ */
+export async function linkedGitDir(path: string): Promise<{ gitDir: string; markerText: string | null } | null> {
+  const text = await readFile(join(path, '.git'), 'utf8').catch(() => null);
+  const m = text === null ? null : /^gitdir: (.+)$/m.exec(text);
+  if (!m) return null;
+  const gitDir = resolve(path, m[1]!.trim());
+  return { gitDir, markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) };
+}
