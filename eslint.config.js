@@ -17,7 +17,7 @@ const TS = ['**/*.ts'];
 const LIBRARY = ['src/**/*.ts', 'entities/**/*.ts', 'migrations/**/*.ts', 'queues/**/*.ts', 'scripts/**/*.ts'];
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.taskledger/', 'coverage/', 'test/schema/*.sql'] },
+  { ignores: ['node_modules/', '.taskledger/', 'coverage/', 'dist/', 'test/schema/*.sql'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
