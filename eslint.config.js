@@ -48,6 +48,15 @@ export default tseslint.config(
     // Plain JavaScript (bin/, this file, ecosystem.config.js) is outside tsconfig.json: no type-aware rules.
     files: ['**/*.js', '**/*.mjs', '**/*.cjs'],
     ...tseslint.configs.disableTypeChecked,
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
+    languageOptions: {
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        URL: 'readonly',
+        fetch: 'readonly',
+        performance: 'readonly',
+        setTimeout: 'readonly',
+      },
+    },
   },
 );
