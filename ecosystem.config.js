@@ -1,9 +1,13 @@
 /**
  * pm2 process file: one process per role of the worker fleet, all from the
  * same `taskledger start --roles <role>` entry point, sharing one database and
- * one Redis. Run `taskledger migrate` once before starting them.
+ * one Redis. Every process runs the built JavaScript in dist/ through
+ * bin/taskledger.mjs (`npm ci` builds it; after changing the sources, `npm run
+ * build` before `pm2 reload`). Run `taskledger migrate` once before starting them.
  *
- *   npx taskledger migrate --create && pm2 start ecosystem.config.js
+ *   npm ci && npx taskledger migrate --create && pm2 start ecosystem.config.js
+ *
+ * test/deploy/pm2.test.ts starts this file under a real pm2 on both dialects.
  *
  * This package is "type": "module", so this file is ESM. pm2 loads process
  * files with require(), which on Node >= 20.19 (this package's engines floor)
@@ -21,6 +25,8 @@ const VARIABLES = [
   'TASKLEDGER_QUEUE_PREFIX',
   'TASKLEDGER_LEASE_MS',
   'TASKLEDGER_SWEEP_MS',
+  'TASKLEDGER_LOG_LEVEL',
+  'TASKLEDGER_SWEEP_WORKSPACE_ID',
 ];
 const env = Object.fromEntries(
   VARIABLES.filter((name) => process.env[name] !== undefined).map((name) => [name, process.env[name]]),
@@ -55,6 +61,7 @@ const ROLES = [
 
 export const apps = ROLES.map(({ role, instances = 1 }) => ({
   name: `taskledger-${role}`,
+  // The launcher of dist/main.js (no TypeScript loader at run time).
   script: 'bin/taskledger.mjs',
   node_args: NODE_ARGS,
   args: `start --roles ${role}`,

@@ -17,7 +17,7 @@ const TS = ['**/*.ts'];
 const LIBRARY = ['src/**/*.ts', 'entities/**/*.ts', 'migrations/**/*.ts', 'queues/**/*.ts', 'scripts/**/*.ts'];
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.taskledger/', 'coverage/', 'test/schema/*.sql'] },
+  { ignores: ['node_modules/', '.taskledger/', 'coverage/', 'dist/', 'test/schema/*.sql'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -48,6 +48,15 @@ export default tseslint.config(
     // Plain JavaScript (bin/, this file, ecosystem.config.js) is outside tsconfig.json: no type-aware rules.
     files: ['**/*.js', '**/*.mjs', '**/*.cjs'],
     ...tseslint.configs.disableTypeChecked,
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
+    languageOptions: {
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        URL: 'readonly',
+        fetch: 'readonly',
+        performance: 'readonly',
+        setTimeout: 'readonly',
+      },
+    },
   },
 );

@@ -14,8 +14,8 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import { packageRoot } from '../package-root';
 
 export interface PeerRun {
   concurrency: number;
@@ -35,9 +35,7 @@ const DEFAULT_RELATIVE = '../shared/peers/dbos/run.sh';
 export function findPeerScript(explicit: string | null, env: NodeJS.ProcessEnv = process.env): string | null {
   const named = explicit ?? env.TASKLEDGER_BENCH_PEER?.trim() ?? '';
   if (named !== '') return existsSync(named) ? resolve(named) : null;
-  // src/bench or dist/bench → the repository root is two levels up.
-  const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-  const candidate = resolve(root, DEFAULT_RELATIVE);
+  const candidate = resolve(packageRoot(), DEFAULT_RELATIVE);
   return existsSync(candidate) ? candidate : null;
 }
 

@@ -8,11 +8,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { NODE_ARGS } from '../../ecosystem.config.js';
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { packageRoot } from '../package-root';
 
-const BIN = fileURLToPath(new URL('../../bin/taskledger.mjs', import.meta.url));
+/** The built CLI (dist/, `npm run build`): what an operator runs. */
+const BIN = join(packageRoot(), 'bin', 'taskledger.mjs');
 
-/** Why 60 s: a cold start compiles the TypeScript sources through tsx; on two busy cores that takes seconds, not minutes. */
+/** Why 60 s: a child loads every role's modules and connects to the database and Redis; on two busy cores that takes seconds, not minutes. */
 const READY_TIMEOUT_MS = 60_000;
 /** Why 10 s: a stopping worker finishes its in-flight jobs (short transactions) and closes its pools. */
 const STOP_TIMEOUT_MS = 10_000;

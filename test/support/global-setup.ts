@@ -1,13 +1,33 @@
 /**
- * Recreates this project's test database and runs every migration once,
- * before any test file of the project starts.
+ * Before any test file of the project starts: builds dist/ from the sources
+ * under test (once per run, shared by both projects), then recreates this
+ * project's test database and runs every migration once.
+ *
+ * Why build here: tests that spawn `bin/taskledger.mjs` (test/cli, the crash
+ * and pm2 tests in test/fleet and test/deploy, the bench) run the built
+ * JavaScript an operator runs, so dist/ must be this checkout's code, never a
+ * build left over from an earlier commit (docs/adr/0013-built-javascript.md).
  */
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
 import { dialectOf } from '../../src/db/config';
 import { dropDatabase, recreateDatabase } from '../../src/db/admin';
 import { createDataSource } from '../../src/db/data-source';
 
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Both projects' global setups run in vitest's main process: the first one builds, the other finds it done. */
+const shared = globalThis as { taskledgerDistBuilt?: boolean };
+
+function buildDistOnce(): void {
+  if (shared.taskledgerDistBuilt) return;
+  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
+  shared.taskledgerDistBuilt = true;
+}
+
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  buildDistOnce();
   const url = project.config.env.TASKLEDGER_DB_URL as string;
   await recreateDatabase(url);
   const ds = createDataSource({ url, dialect: dialectOf(url) }, { poolSize: 2 });

@@ -1,0 +1,61 @@
+#!/usr/bin/env node
+/**
+ * `npm run build` (and `prepare`, so `npm ci` builds it): compiles the CLI and
+ * everything it loads into plain ES modules in dist/, which bin/taskledger.mjs
+ * runs. Why esbuild, bundling, and this layout: docs/adr/0013-built-javascript.md.
+ *
+ * - One entry, src/cli/main.ts -> dist/main.js. Each command's dynamic
+ *   `import('./migrate')` etc. becomes its own chunk, so `taskledger help`
+ *   still loads no TypeORM and `start` loads no demo/bench code.
+ * - Packages in node_modules stay external (imported at run time, as before);
+ *   only this repository's sources (src/, entities/, migrations/, queues/) are
+ *   bundled, which is what resolves their extension-less import specifiers.
+ * - dist/ is flat: every chunk sits beside main.js, so a module's
+ *   `new URL('./spawner-child.mjs', import.meta.url)` resolves to the copy of
+ *   the helper placed there.
+ * - keepNames: TypeORM and error reports read class names; the bundler must
+ *   not rename a class to avoid a collision between two modules.
+ *
+ * Usage: node scripts/build.mjs [--out DIR]   (default dist/)
+ */
+import { copyFileSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+/** Builds into `outdir` (emptied first). Returns the files written, relative to it. */
+export async function buildDist(outdir = join(root, 'dist')) {
+  rmSync(outdir, { recursive: true, force: true });
+  mkdirSync(outdir, { recursive: true });
+  await build({
+    absWorkingDir: root,
+    entryPoints: { main: 'src/cli/main.ts' },
+    outdir,
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20.19',
+    packages: 'external',
+    keepNames: true,
+    sourcemap: 'linked',
+    // experimentalDecorators / useDefineForClassFields (TypeORM's legacy decorators) come from here.
+    tsconfig: join(root, 'tsconfig.json'),
+    logLevel: 'warning',
+  });
+  // Plain JavaScript forked as its own process (src/launch/spawner.ts): copied, not bundled.
+  copyFileSync(join(root, 'src/launch/spawner-child.mjs'), join(outdir, 'spawner-child.mjs'));
+  return readdirSync(outdir);
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const i = process.argv.indexOf('--out');
+  const out = i > 0 && process.argv[i + 1] ? resolve(process.argv[i + 1]) : undefined;
+  const started = Date.now();
+  const files = await buildDist(out);
+  console.log(
+    `built ${files.filter((f) => f.endsWith('.js')).length} modules into ${out ?? 'dist/'} in ${Date.now() - started} ms`,
+  );
+}
