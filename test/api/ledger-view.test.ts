@@ -15,6 +15,8 @@ import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { recoverOperation } from '../../src/runtime/recover';
 import { defaultStepHandlers } from '../../src/steps';
+import { expireTaskCreationLeases } from '../../src/store/lease-expiry';
+import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { OperationAuthority } from '../../src/store/types';
 import { requestWorkspaceDeletion } from '../../src/store/workspace-deletion';
 import { launchChromium } from '../support/browser';
@@ -215,6 +217,45 @@ describe('ledger view in a real browser', () => {
     expect(await page.locator('#operation-state').textContent()).toBe('completed');
     expect(await opState(res.operationId)).toEqual(before);
     await screenshot(page, 'ledger-stale-conflict');
+  });
+
+  it('offers the resolve form when reconcile_unknown_step is the action, and records what a fresh observation agrees with', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    const [step] = await sql<{ id: string; step_key: string }>(
+      t.db,
+      "SELECT id, step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'session_prepare'",
+      [res.operationId],
+    );
+    // A worker claimed the step and died before any effect: its lease expires and the step is unknown.
+    await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: step!.step_key }, 'dead-worker');
+    const ago = t.db.dialect === 'postgres' ? "now() - interval '1 minute'" : 'NOW(3) - INTERVAL 1 MINUTE';
+    await sql(t.db, `UPDATE task_creation_steps SET lease_expires_at = ${ago} WHERE id = ?`, [step!.id]);
+    expect((await expireTaskCreationLeases(t.db, res.operationId)).steps).toBe(1);
+
+    const page = await loggedIn();
+    await page.goto(`${api.baseUrl}/admin/ledger/operations/${res.operationId}`);
+    expect(await page.locator('#legal-action code[data-action]').textContent()).toBe('reconcile_unknown_step');
+    const resolve = page.locator('form.resolve');
+    expect(await resolve.count()).toBe(1);
+    // "Present" is what the world contradicts: refused, nothing written.
+    await resolve.locator('select').selectOption('succeeded');
+    const [refused] = await Promise.all([page.waitForResponse(/\/resolve$/), resolve.locator('button').click()]);
+    expect(refused.status()).toBe(409);
+    expect(await page.locator('#notice').textContent()).toContain('observation_disagrees');
+    expect(await page.locator('tr[data-step^="session_prepare/"] .state').textContent()).toBe('unknown');
+    // "Absent, retry" is what it proves: recorded, and the page shows the step waiting to retry.
+    await page.locator('form.resolve select').selectOption('retry_wait');
+    const [accepted] = await Promise.all([
+      page.waitForResponse(/\/resolve$/),
+      page.locator('form.resolve button').click(),
+    ]);
+    expect(accepted.status()).toBe(200);
+    expect(await page.locator('#notice').textContent()).toContain('resolved: retry_wait');
+    expect(await page.locator('tr[data-step^="session_prepare/"] .state').textContent()).toBe('retry_wait');
+    const [row] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_steps WHERE id = ?', [step!.id]);
+    expect(row!.state).toBe('retry_wait');
   });
 
   it('shows workspace deletions with their progress and counts', async () => {

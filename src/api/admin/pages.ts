@@ -142,7 +142,7 @@ function stepRow(s: Row, extras: OperationExtras): string {
 <td>${show(s.lease_owner)}<br><span class="muted">${show(s.lease_expires_at)}</span></td>
 <td>${docBlock('request', s.request)}${hashCell(s.request_sha256, v.request)}</td>
 <td class="evidence">${docBlock('evidence', s.evidence)}${hashCell(s.evidence_sha256, v.evidence)}</td>
-<td>${show(s.compensation_state)}${s.compensation_evidence ? docBlock('compensation proof', s.compensation_evidence) : ''}${hashCell('', v.compensation)}</td>
+<td>${show(s.compensation_state)}${s.compensation_evidence ? ` ${docBlock('compensation proof', s.compensation_evidence)}${hashCell('', v.compensation)}` : ''}</td>
 <td>${s.error ? docBlock('error', s.error) : '—'}</td>
 <td><a href="${esc(job)}">job</a>${s.cleanup_job_id ? `<br>cleanup ${esc(s.cleanup_job_id)}` : ''}</td></tr>`;
 }

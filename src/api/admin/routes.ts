@@ -241,7 +241,7 @@ export function adminRoutes(deps: ApiDeps) {
         if (out.action === null) {
           const text =
             out.skipped === 'creation_state_conflict' || out.skipped === 'stale_claim'
-              ? `Conflict (${out.skipped}): ${out.detail ?? ''}`
+              ? `Conflict: ${out.detail ?? out.skipped}`
               : `Nothing ran (${out.skipped ?? 'no action'}): ${out.detail ?? ''}`;
           return detailPage(id, reply, 409, { kind: 'conflict', text }, false);
         }
