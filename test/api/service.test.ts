@@ -134,6 +134,22 @@ describe('Bull Board', () => {
     expect(refused.headers.get('set-cookie')).toBeNull();
   });
 
+  it("each job's Bull Board entry links to its operation in the ledger view", async () => {
+    const operationId = randomUUID();
+    await queue.add('step', { operationId }, { jobId: `link-${operationId}` });
+    const res = await http(
+      api,
+      'GET',
+      `/admin/queues/api/queues?activeQueue=${encodeURIComponent(queueName)}&status=waiting&page=1&jobsPerPage=50`,
+      { token: api.adminToken },
+    );
+    expect(res.status).toBe(200);
+    const ours = (res.body.queues as { name: string; jobs: { id: string; externalUrl?: { href: string } }[] }[])
+      .find((q) => q.name === queueName)!
+      .jobs.find((j) => j.id === `link-${operationId}`);
+    expect(ours?.externalUrl?.href).toBe(`/admin/ledger/operations/${operationId}`);
+  });
+
   it('links each job to its operation in the ledger view', () => {
     const op = '0191d5a0-0000-7000-8000-000000000001';
     expect(ledgerLinkOf({ data: { operationId: op } }).href).toBe(`/admin/ledger/operations/${op}`);
