@@ -121,6 +121,17 @@ describe('ledger view in a real browser', () => {
     expect(ids).toEqual([second.operationId, first.operationId]);
     expect(await page.locator(`tr[data-operation-id="${first.operationId}"] .state`).textContent()).toBe('preparing');
 
+    // One a page: the next-page link walks the keyset cursor, newest first, to the end.
+    await page.goto(`${api.baseUrl}/admin/ledger?workspace_id=${ws.workspaceId}&limit=1`);
+    const walked: (string | null)[] = [];
+    for (;;) {
+      walked.push(await page.locator('tr[data-operation-id]').getAttribute('data-operation-id'));
+      if ((await page.locator('#next-page').count()) === 0) break;
+      const from = page.url();
+      await Promise.all([page.waitForURL((url) => url.toString() !== from), page.click('#next-page')]);
+    }
+    expect(walked).toEqual([second.operationId, first.operationId]);
+
     // Filtered by another state: none of them.
     await page.goto(`${api.baseUrl}/admin/ledger?workspace_id=${ws.workspaceId}&state=completed`);
     expect(await page.locator('tr[data-operation-id]').count()).toBe(0);

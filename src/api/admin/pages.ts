@@ -51,7 +51,7 @@ export interface ListView {
   rows: Row[];
   stuck: Map<string, StuckOperation> | null;
   nextCursor: string | null;
-  filter: { workspace_id?: string; state?: string; stuck_minutes?: number };
+  filter: { workspace_id?: string; state?: string; stuck_minutes?: number; limit?: number };
   states: readonly string[];
 }
 
@@ -60,6 +60,7 @@ function query(filter: ListView['filter'], extra: Record<string, string> = {}): 
   if (filter.workspace_id) q.set('workspace_id', filter.workspace_id);
   if (filter.state) q.set('state', filter.state);
   if (filter.stuck_minutes !== undefined) q.set('stuck_minutes', String(filter.stuck_minutes));
+  if (filter.limit !== undefined) q.set('limit', String(filter.limit));
   for (const [k, v] of Object.entries(extra)) q.set(k, v);
   const s = q.toString();
   return s ? `?${s}` : '';

@@ -63,8 +63,9 @@ import {
   sessionPrincipal,
 } from './session';
 
-/** Why 50: one screen; the next page is a link. */
+/** Why 50: one screen; the next page is a link. `limit` (1-200, as the REST list) overrides it. */
 const PAGE_SIZE = 50;
+const MAX_PAGE = 200;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -163,6 +164,8 @@ export function adminRoutes(deps: ApiDeps) {
         if (q.state && (OPERATION_STATES as readonly string[]).includes(q.state)) filter.state = q.state;
         const minutes = q.stuck_minutes === undefined || q.stuck_minutes === '' ? NaN : Number(q.stuck_minutes);
         if (Number.isFinite(minutes) && minutes >= 0) filter.stuck_minutes = Math.floor(minutes);
+        const limit = Number(q.limit);
+        if (Number.isInteger(limit) && limit >= 1 && limit <= MAX_PAGE) filter.limit = limit;
         const view: ListView = { rows: [], stuck: null, nextCursor: null, filter, states: OPERATION_STATES };
         if (filter.stuck_minutes !== undefined) {
           const stuck = await findStuckOperations(deps.db, {
@@ -185,7 +188,7 @@ export function adminRoutes(deps: ApiDeps) {
             page = await listOperations(deps.db, {
               state: filter.state,
               workspaceId: filter.workspace_id,
-              limit: PAGE_SIZE,
+              limit: filter.limit ?? PAGE_SIZE,
               cursor: q.cursor || undefined,
             });
           } catch (err) {
@@ -193,7 +196,7 @@ export function adminRoutes(deps: ApiDeps) {
             page = await listOperations(deps.db, {
               state: filter.state,
               workspaceId: filter.workspace_id,
-              limit: PAGE_SIZE,
+              limit: filter.limit ?? PAGE_SIZE,
             });
           }
           view.rows = page.operations;
