@@ -6,6 +6,7 @@
  */
 import type { Queue } from 'bullmq';
 import type { AppConfig } from '../app/config';
+import type { QueueSet } from '../coordinator/queues';
 import type { CreateTaskFn } from '../coordinator/create-task';
 import type { Db } from '../db/tx';
 import type { Logger } from '../log';
@@ -34,6 +35,11 @@ export interface ApiDeps {
    * observers with this process's data directory and provider clients.
    */
   stepObserver?: OperatorResolveDeps;
+  /**
+   * Where a recovery run from the ledger view sends its wake-ups (`resume_preparing`, announcements after Complete or
+   * Abort), as the reaper's do; without them the ledger is still updated and the next sweep wakes the workers.
+   */
+  recoveryQueues?: QueueSet;
   /** Enqueues a workspace deletion's cascade on the reaper queue; else the reaper's next sweep runs it. */
   startWorkspaceDeletion?: (deletionId: string, workspaceId: string) => Promise<void>;
 }

@@ -1,6 +1,7 @@
 /**
  * `buildApi(deps)`: the Fastify instance serving the REST API (`/api/v1`),
- * health, readiness, Prometheus metrics and the Bull Board dashboard.
+ * health, readiness, Prometheus metrics, the ledger view (`/admin/ledger`,
+ * admin/routes.ts) and the Bull Board dashboard (`/admin/queues`).
  * The caller owns its lifecycle (`listen`, `close`); nothing here starts
  * workers or opens connections.
  *
@@ -10,6 +11,7 @@
  * pattern (never the raw URL, so IDs do not explode the label set).
  */
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { adminRoutes } from './admin/routes';
 import { installAuth } from './auth';
 import type { ApiDeps } from './deps';
 import { installErrorHandling } from './errors';
@@ -48,6 +50,7 @@ export function buildApi(deps: ApiDeps): FastifyInstance {
   });
 
   void app.register(serviceRoutes(deps));
+  void app.register(adminRoutes(deps));
   void app.register(
     async (api) => {
       installAuth(api, deps.db, deps.config.adminToken);

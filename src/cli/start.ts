@@ -32,7 +32,9 @@ export async function startCommand(args: string[]): Promise<number> {
   if (fleet.api) {
     const addr = fleet.api.server.address();
     if (addr && typeof addr === 'object')
-      log.info(`REST API on http://127.0.0.1:${addr.port}/api/v1 (dashboard /admin/queues, metrics /metrics)`);
+      log.info(
+        `REST API on http://127.0.0.1:${addr.port}/api/v1 (ledger view /admin/ledger, queues /admin/queues, metrics /metrics)`,
+      );
   }
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);

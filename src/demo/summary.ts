@@ -176,7 +176,7 @@ export function summarize(input: SummaryInput): Summary {
       ? `  operator     token ${input.operatorToken}   (generated, stored hashed; set TASKLEDGER_ADMIN_TOKEN to use your own)`
       : '  operator     the TASKLEDGER_ADMIN_TOKEN of this environment',
   );
-  lines.push(`  dashboard    ${origin}/admin/queues?token=${opToken}`);
+  lines.push(`  ledger view  ${origin}/admin/ledger   (log in with the operator token; Bull Board at /admin/queues)`);
   lines.push(`  metrics      ${origin}/metrics`);
   lines.push(
     `  operations   curl -H "Authorization: Bearer ${opToken}" "${api}/creation-operations?workspace_id=${input.workspace.id}"`,

@@ -282,6 +282,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       log: alog,
       createTask,
       queues: queues.all(),
+      recoveryQueues: queues,
       metrics,
       stepObserver: { effects, handlers },
       wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),

@@ -154,8 +154,16 @@ async function runAction(deps: RecoverDeps, claim: RecoveryClaim, out: RecoveryO
   }
 }
 
-/** Claims, runs the single legal action, releases the claim. Never throws a TaskLedgerError. */
-export async function recoverOperation(deps: RecoverDeps, operationId: string): Promise<RecoveryOutcome> {
+/**
+ * Claims, runs the single legal action, releases the claim. Never throws a TaskLedgerError.
+ * `expectedAction` (the ledger view's button): run only if that is still the legal action; otherwise the claim's
+ * typed `creation_state_conflict` comes back as `skipped`, zero writes.
+ */
+export async function recoverOperation(
+  deps: RecoverDeps,
+  operationId: string,
+  options: { expectedAction?: RecoveryAction } = {},
+): Promise<RecoveryOutcome> {
   const log = deps.log.child({ operation_id: operationId, recovery_owner: deps.actor });
   let claimed;
   try {
@@ -164,6 +172,7 @@ export async function recoverOperation(deps: RecoverDeps, operationId: string): 
       operationId,
       deps.actor,
       deps.leaseMs ?? DEFAULT_LEASE_MS,
+      { expectedAction: options.expectedAction },
     );
   } catch (err) {
     if (!isTaskLedgerError(err)) throw err;

@@ -10,6 +10,10 @@
  * 8.2. Builds the RecoverySnapshot from those locked rows and asks the pure
  * `chooseRecoveryAction`:
  * - an invariant violation: typed `creation_state_conflict`, zero writes;
+ * - `expectedAction` given (an operator's button in the ledger view, which
+ *   showed that action) and the legal action now is another one (or none):
+ *   typed `creation_state_conflict` naming both, zero writes — a stale page
+ *   never runs an action its operator did not see;
  * - `claim_in_flight` (a live step/compensation claim) or `replay_terminal`:
  *   the decision is returned, zero writes (`replay_terminal` is read-only);
  * - another recovery claim whose lease is still live (database clock), any
@@ -149,7 +153,7 @@ export async function claimTaskCreationRecovery(
   operationId: string,
   owner: string,
   leaseMs: number = DEFAULT_LEASE_MS,
-  options: { dispatchProof?: DispatchProof } = {},
+  options: { dispatchProof?: DispatchProof; expectedAction?: RecoveryAction } = {},
 ): Promise<ClaimRecoveryResult> {
   checkInput(operationId, owner, leaseMs);
   const dispatchProof = options.dispatchProof ?? null;
@@ -157,6 +161,15 @@ export async function claimTaskCreationRecovery(
     const { op } = await guardOperationLocked(tx, { kind: 'operation', operationId, actor: owner });
     const snapshot = await snapshotLocked(tx, op, dispatchProof);
     const decision = chooseRecoveryAction(snapshot);
+    const expected = options.expectedAction;
+    if (expected !== undefined && decision.action !== expected) {
+      const legal = decision.action ?? `none (${decision.reason})`;
+      throw new ConflictError(
+        'creation_state_conflict',
+        `the legal recovery action is now ${legal}, not ${expected}: the operation changed since it was read`,
+        { operation_id: op.id, state: op.state, expected_action: expected, legal_action: decision.action },
+      );
+    }
     if (decision.action === null && decision.reason === 'creation_state_conflict') {
       throw new ConflictError('creation_state_conflict', `no recovery action is legal: ${decision.detail}`, {
         operation_id: op.id,

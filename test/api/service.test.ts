@@ -14,6 +14,7 @@ import { silentLogger } from '../../src/log';
 import { createMetrics } from '../../src/metrics';
 import { useTestDb } from '../support/db';
 import { seedWorkspace } from '../support/seed';
+import { ledgerLinkOf } from '../../src/api/routes/service';
 import { call, http, storeCreateTask, testConfig, useTestApi } from './helpers';
 
 const t = useTestDb();
@@ -97,17 +98,62 @@ describe('Bull Board', () => {
     ).toBe(403);
   });
 
-  it('a browser signs in with ?token= and then uses the cookie it was given', async () => {
-    const signIn = await fetch(`${api.baseUrl}/admin/queues?token=${encodeURIComponent(api.adminToken)}`);
-    expect(signIn.status).toBe(200);
-    const cookie = signIn.headers.get('set-cookie') ?? '';
+  it('a browser logs in with the form and uses the session cookie; a token in the URL opens nothing', async () => {
+    const login = await fetch(`${api.baseUrl}/admin/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ token: api.adminToken }).toString(),
+      redirect: 'manual',
+    });
+    expect(login.status).toBe(303);
+    const cookie = login.headers.get('set-cookie') ?? '';
     expect(cookie).toContain('HttpOnly');
     expect(cookie).toContain('SameSite=Strict');
-    expect(cookie).toContain('Path=/admin/queues');
+    expect(cookie).toContain('Path=/admin');
+    // The session is derived from the token, never the token itself.
+    expect(cookie).not.toContain(api.adminToken);
+    expect(cookie).not.toContain(encodeURIComponent(api.adminToken));
     const apiCall = await fetch(`${api.baseUrl}/admin/queues/api/queues`, {
       headers: { cookie: cookie.split(';')[0]! },
     });
     expect(apiCall.status).toBe(200);
-    expect((await fetch(`${api.baseUrl}/admin/queues?token=wrong`)).status).toBe(401);
+    const forged = cookie.split(';')[0]!.replace(/.$/, (c) => (c === 'A' ? 'B' : 'A'));
+    expect((await fetch(`${api.baseUrl}/admin/queues/api/queues`, { headers: { cookie: forged } })).status).toBe(401);
+    // The old ?token= sign-in is gone: it neither authorizes nor sets a cookie.
+    const viaUrl = await fetch(`${api.baseUrl}/admin/queues/api/queues?token=${encodeURIComponent(api.adminToken)}`);
+    expect(viaUrl.status).toBe(401);
+    expect(viaUrl.headers.get('set-cookie')).toBeNull();
+    const member = await seedWorkspace(t.db);
+    const refused = await fetch(`${api.baseUrl}/admin/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ token: member.token }).toString(),
+      redirect: 'manual',
+    });
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('set-cookie')).toBeNull();
+  });
+
+  it("each job's Bull Board entry links to its operation in the ledger view", async () => {
+    const operationId = randomUUID();
+    await queue.add('step', { operationId }, { jobId: `link-${operationId}` });
+    const res = await http(
+      api,
+      'GET',
+      `/admin/queues/api/queues?activeQueue=${encodeURIComponent(queueName)}&status=waiting&page=1&jobsPerPage=50`,
+      { token: api.adminToken },
+    );
+    expect(res.status).toBe(200);
+    const ours = (res.body.queues as { name: string; jobs: { id: string; externalUrl?: { href: string } }[] }[])
+      .find((q) => q.name === queueName)!
+      .jobs.find((j) => j.id === `link-${operationId}`);
+    expect(ours?.externalUrl?.href).toBe(`/admin/ledger/operations/${operationId}`);
+  });
+
+  it('links each job to its operation in the ledger view', () => {
+    const op = '0191d5a0-0000-7000-8000-000000000001';
+    expect(ledgerLinkOf({ data: { operationId: op } }).href).toBe(`/admin/ledger/operations/${op}`);
+    expect(ledgerLinkOf({ data: { workspaceId: op } }).href).toBe(`/admin/ledger?workspace_id=${op}`);
+    expect(ledgerLinkOf({ data: { operationId: '../x' } }).href).toBe('/admin/ledger');
   });
 });

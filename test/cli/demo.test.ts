@@ -162,7 +162,8 @@ describe(`taskledger demo (${dialect})`, () => {
     );
 
     expect(run.stdout).toMatch(/^ {2}operator +token \S{43} /m);
-    expect(run.stdout).toMatch(/^ {2}dashboard +http:\/\/127\.0\.0\.1:\d+\/admin\/queues\?token=/m);
+    expect(run.stdout).toMatch(/^ {2}ledger view +http:\/\/127\.0\.0\.1:\d+\/admin\/ledger /m);
+    expect(run.stdout).not.toContain('?token=');
     expect(run.stdout).toMatch(/creation-operations\?workspace_id=[0-9a-f-]{36}/);
     expect(run.stdout).toContain('taskledger start');
   });

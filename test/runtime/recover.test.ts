@@ -307,6 +307,34 @@ describe('no action, zero writes', () => {
     await expectTyped(claimTaskCreationRecovery(t.db, c.res.operationId, 'reaper-a', 0), 'invalid_request');
     expect((await opRow(c.res.operationId)).recovery_generation).toBe(0);
   });
+
+  it('an expected action that is no longer the legal one (a stale ledger-view page) is a typed conflict, zero writes', async () => {
+    const c = await sessionCreation();
+    await driveAllSteps(t.db, c.auth, c.res.operationId, c.ws.dataDir);
+    // The page showed resume_preparing, but every step is done now: complete_preparing is legal.
+    const before = await dump(c.res.operationId, c.res.task.id);
+    const stale = await recoverOperation(deps(c.ws, 'operator:admin'), c.res.operationId, {
+      expectedAction: 'resume_preparing',
+    });
+    expect(stale).toMatchObject({ action: null, skipped: 'creation_state_conflict', progressed: false });
+    expect(stale.detail).toContain('complete_preparing');
+    expect(stale.detail).toContain('resume_preparing');
+    expect(await dump(c.res.operationId, c.res.task.id)).toBe(before);
+    // The action the page showed, when it is still the legal one, runs under the reaper's claim.
+    const ran = await recoverOperation(deps(c.ws, 'operator:admin'), c.res.operationId, {
+      expectedAction: 'complete_preparing',
+    });
+    expect(ran).toMatchObject({ action: 'complete_preparing', progressed: true, detail: null });
+    await expectReleasedClaim(c.res.operationId, 'complete_preparing', 'operator:admin');
+    // Terminal now: only replay_terminal is legal, and expecting it claims nothing.
+    await expectTyped(
+      claimTaskCreationRecovery(t.db, c.res.operationId, 'operator:admin', 30_000, {
+        expectedAction: 'complete_preparing',
+      }),
+      'creation_state_conflict',
+    );
+    expect((await opRow(c.res.operationId)).recovery_generation).toBe(1);
+  });
 });
 
 describe('the recovery claim fences reapers', () => {

@@ -6,11 +6,13 @@
  * GET /metrics   Prometheus text of this process's registry (no auth: scrape
  *                targets are expected on a private network).
  * /admin/queues  Bull Board over the given BullMQ queues, operators only:
- *                `Authorization: Bearer`, or `?token=` for a browser, which
- *                then gets an HttpOnly, SameSite=Strict cookie scoped to
- *                `/admin/queues` so the dashboard's own asset and API calls
- *                are authorized too. 401 without a valid token, 403 for a
- *                member token. Not mounted when no queues are given.
+ *                `Authorization: Bearer` (API clients), or the ledger view's
+ *                session cookie (admin/session.ts, set by the login form:
+ *                no token in any URL). A browser without a session is sent
+ *                to /admin/login; otherwise 401 without a valid token, 403
+ *                for a member token. Each job links to its operation in the
+ *                ledger view (`externalJobUrl`, from the job's
+ *                `operationId`). Not mounted when no queues are given.
  */
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
@@ -18,57 +20,51 @@ import { FastifyAdapter } from '@bull-board/fastify';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Queue } from 'bullmq';
 import { readRows } from '../../db/tx';
-import { bearerToken, isOperator, principalForToken } from '../auth';
+import { cookieValue, SESSION_COOKIE, sessionKeys, sessionPrincipal, type SessionKeys } from '../admin/session';
+import { bearerToken, isOperator, isUuid, principalForToken } from '../auth';
 import type { ApiDeps } from '../deps';
 import { forbidden, sendError, unauthorized } from '../errors';
 
 export const BOARD_PATH = '/admin/queues';
-const BOARD_COOKIE = 'taskledger_board';
-
-function cookieValue(header: string | undefined, name: string): string | null {
-  if (!header) return null;
-  for (const part of header.split(';')) {
-    const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) {
-      try {
-        return decodeURIComponent(part.slice(eq + 1).trim());
-      } catch {
-        return null;
-      }
-    }
-  }
-  return null;
-}
-
 /** Answers refusals itself: Bull Board's plugin installs its own error handler, which would turn a throw into 500. */
-function boardAuth(deps: ApiDeps) {
+function boardAuth(deps: ApiDeps, keys: SessionKeys) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
-    const query = request.query as Record<string, unknown> | undefined;
-    const fromQuery = typeof query?.token === 'string' ? query.token : null;
-    const token =
-      bearerToken(request.headers.authorization) ?? fromQuery ?? cookieValue(request.headers.cookie, BOARD_COOKIE);
-    const principal = await principalForToken(deps.db, deps.config.adminToken, token);
-    if (!principal) return sendError(reply, unauthorized(), deps.log);
-    if (!isOperator(principal)) return sendError(reply, forbidden(), deps.log);
-    if (fromQuery !== null && token === fromQuery) {
-      reply.header(
-        'set-cookie',
-        `${BOARD_COOKIE}=${encodeURIComponent(fromQuery)}; Path=${BOARD_PATH}; HttpOnly; SameSite=Strict`,
-      );
+    const bearer = bearerToken(request.headers.authorization);
+    const principal =
+      bearer !== null
+        ? await principalForToken(deps.db, deps.config.adminToken, bearer)
+        : await sessionPrincipal(deps.db, keys, cookieValue(request.headers.cookie, SESSION_COOKIE), Date.now());
+    if (!principal) {
+      const browser = request.method === 'GET' && /text\/html/.test(request.headers.accept ?? '');
+      if (browser && bearer === null) return reply.redirect('/admin/login', 303);
+      return sendError(reply, unauthorized(), deps.log);
     }
+    if (!isOperator(principal)) return sendError(reply, forbidden(), deps.log);
     return undefined;
   };
 }
 
+/** Bull Board's link from a job to its operation in the ledger view (job data carries `operationId`). */
+export function ledgerLinkOf(job: { data?: unknown }): { displayText: string; href: string } {
+  const data = (job.data ?? {}) as Record<string, unknown>;
+  const op = data.operationId ?? data.creationOperationId;
+  if (typeof op === 'string' && isUuid(op))
+    return { displayText: 'Operation in the ledger view', href: `/admin/ledger/operations/${op}` };
+  const ws = data.workspaceId;
+  if (typeof ws === 'string' && isUuid(ws))
+    return { displayText: 'Workspace in the ledger view', href: `/admin/ledger?workspace_id=${ws}` };
+  return { displayText: 'Ledger view', href: '/admin/ledger' };
+}
+
 async function mountBoard(app: FastifyInstance, deps: ApiDeps, queues: Queue[]): Promise<void> {
   await app.register(async (scope) => {
-    scope.addHook('onRequest', boardAuth(deps));
+    scope.addHook('onRequest', boardAuth(deps, sessionKeys(deps.config.adminToken)));
     const serverAdapter = new FastifyAdapter();
     serverAdapter.setBasePath(BOARD_PATH);
     // @bull-board/fastify pins its own copy of @bull-board/api types; the runtime contract is the same.
     type BoardAdapter = Parameters<typeof createBullBoard>[0]['serverAdapter'];
     createBullBoard({
-      queues: queues.map((q) => new BullMQAdapter(q)),
+      queues: queues.map((q) => new BullMQAdapter(q, { externalJobUrl: ledgerLinkOf })),
       serverAdapter: serverAdapter as unknown as BoardAdapter,
     });
     await scope.register(serverAdapter.registerPlugin(), { prefix: BOARD_PATH });
