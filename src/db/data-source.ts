@@ -2,8 +2,9 @@
  * Builds the TypeORM DataSource for either dialect.
  *
  * Entities and migrations are passed as explicit class lists (no globs), so the
- * same code runs under tsx, vitest and any bundler. `synchronize` is never on:
- * the schema comes only from the reviewed migration history.
+ * same code runs under vitest and bundled into dist/ (scripts/build.mjs).
+ * `synchronize` is never on: the schema comes only from the reviewed migration
+ * history.
  */
 import 'reflect-metadata';
 import { DataSource } from 'typeorm';
