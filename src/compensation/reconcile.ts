@@ -35,12 +35,7 @@ export async function reconcileUnknownCompensation(
   for (const step of rows) {
     let claim: CompensationClaim;
     try {
-      claim = await claimUnknownCompensation(
-        deps.db,
-        auth,
-        { kind: step.kind, stepKey: step.step_key },
-        owner,
-      );
+      claim = await claimUnknownCompensation(deps.db, auth, { kind: step.kind, stepKey: step.step_key }, owner);
     } catch (err) {
       if (isTaskLedgerError(err) && ['stale_claim', 'creation_state_conflict', 'not_found'].includes(err.code)) {
         continue;

@@ -77,7 +77,8 @@ export function worktreePathMatches(
   const relative = worktreeRelativePath(req.workspace_id, req.task_id, req.repository_id);
   const tail = p.split(path.sep).slice(-4).join('/');
   return (
-    (tail === relative && pathSha256(relative) === req.canonical_path_sha256) || pathSha256(p) === req.canonical_path_sha256
+    (tail === relative && pathSha256(relative) === req.canonical_path_sha256) ||
+    pathSha256(p) === req.canonical_path_sha256
   );
 }
 

@@ -96,7 +96,11 @@ export async function expectTyped(promise: Promise<unknown>, code: string): Prom
 }
 
 /** A created task (every step driven, Complete done): what a parent or blocker must be. */
-export async function settledTask(db: Db, ws: SeededWorkspace, body: Record<string, unknown> = {}): Promise<BeginResult> {
+export async function settledTask(
+  db: Db,
+  ws: SeededWorkspace,
+  body: Record<string, unknown> = {},
+): Promise<BeginResult> {
   const res = await begin(db, ws, { title: 'settled', ...body });
   const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
   await driveAllSteps(db, auth, res.operationId, ws.dataDir);
