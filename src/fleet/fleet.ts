@@ -26,6 +26,7 @@ import {
   type OutboxJob,
   type StepJob,
 } from '../../queues/names';
+import type { ApiDeps } from '../api/deps';
 import type { AppConfig } from '../app/config';
 import { runDueCleanupJobs } from '../cleanup/worker';
 import { processCompleteJob } from '../coordinator/complete-worker';
@@ -73,6 +74,8 @@ export interface Fleet {
   queues: QueueSet;
   metrics: Metrics;
   api: FastifyInstance | null;
+  /** The API commands' dependencies (also without the api role: `taskledger mcp` serves stdio from them). */
+  apiDeps: ApiDeps;
   workerId: string;
   stop(): Promise<void>;
 }
@@ -269,36 +272,38 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       CONCURRENCY.cleanup,
     );
   }
+  // What the API commands need (REST routes and MCP tools alike); `taskledger mcp` serves stdio from it too.
+  const alog = log.child({ role: 'api' });
+  const waker = { queues, log: alog, dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined };
+  const launchWaker = { db, queues, log: alog, launchInPlace };
+  const apiDeps: ApiDeps = {
+    db,
+    config,
+    log: alog,
+    createTask,
+    queues: queues.all(),
+    metrics,
+    stepObserver: { effects, handlers },
+    wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
+    wakeLaunches: async (taskIds) => {
+      await wakeLaunches(launchWaker, taskIds);
+    },
+    wakeCleanup: async () => {
+      await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
+    },
+    startWorkspaceDeletion: async (deletionId, workspaceId) => {
+      await queues
+        .get(REAPER_QUEUE)
+        .add(WORKSPACE_DELETION_JOB, { deletionId, workspaceId } satisfies WorkspaceDeletionJob, {
+          jobId: workspaceDeletionJobId(deletionId),
+        });
+    },
+  };
   let api: FastifyInstance | null = null;
   if (roles.has('api')) {
     // Loaded only here: Fastify, Bull Board and the routes cost a worker-only process ~13 MB of resident memory for nothing.
     const { buildApi } = await import('../api/server');
-    const alog = log.child({ role: 'api' });
-    const waker = { queues, log: alog, dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined };
-    const launchWaker = { db, queues, log: alog, launchInPlace };
-    api = buildApi({
-      db,
-      config,
-      log: alog,
-      createTask,
-      queues: queues.all(),
-      metrics,
-      stepObserver: { effects, handlers },
-      wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
-      wakeLaunches: async (taskIds) => {
-        await wakeLaunches(launchWaker, taskIds);
-      },
-      wakeCleanup: async () => {
-        await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
-      },
-      startWorkspaceDeletion: async (deletionId, workspaceId) => {
-        await queues
-          .get(REAPER_QUEUE)
-          .add(WORKSPACE_DELETION_JOB, { deletionId, workspaceId } satisfies WorkspaceDeletionJob, {
-            jobId: workspaceDeletionJobId(deletionId),
-          });
-      },
-    });
+    api = buildApi(apiDeps);
     await api.listen({ port: config.port, host: '127.0.0.1' });
   }
   log.info({ roles: [...roles], worker_id: workerId, dialect: config.db.dialect }, 'taskledger fleet started');
@@ -308,6 +313,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     queues,
     metrics,
     api,
+    apiDeps,
     workerId,
     async stop() {
       if (api) await api.close();
