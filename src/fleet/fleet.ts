@@ -36,7 +36,7 @@ import { wakeOutbox } from '../coordinator/wake-outbox';
 import { QueueSet } from '../coordinator/queues';
 import { processStepJob, type StepHandlers } from '../coordinator/step-worker';
 import { createDataSource } from '../db/data-source';
-import { readRows, type Db } from '../db/tx';
+import type { Db } from '../db/tx';
 import { STEP_KINDS } from '../domain/vocab';
 import { LocalProcessExecutor, type Executor } from '../launch/executor';
 import { processLaunchJob } from '../launch/launch-worker';
@@ -49,7 +49,6 @@ import { createRedis } from '../runtime/redis';
 import { sweepOnce } from '../runtime/reaper';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { defaultStepHandlers } from '../steps/index';
-import type { Principal } from '../store/types';
 import { CONCURRENCY, type Role } from './roles';
 
 export interface FleetOptions {
@@ -81,26 +80,6 @@ export interface Fleet {
 }
 
 const IO_KINDS = new Set(['fresh_branch_prepare', 'remote_contribution_associate', 'attachment_claim']);
-
-async function principalForToken(db: Db, tokenId: string): Promise<Principal | null> {
-  const rows = await readRows<{
-    id: string;
-    workspace_id: string | null;
-    principal_id: string;
-    role: string;
-    revision: number;
-    revoked_at: Date | null;
-  }>(db, 'SELECT id, workspace_id, principal_id, role, revision, revoked_at FROM api_tokens WHERE id = ?', [tokenId]);
-  const r = rows[0];
-  if (!r || r.revoked_at !== null) return null;
-  return {
-    variant: 'api_principal',
-    principal_id: r.principal_id,
-    authority_id: r.id,
-    authority_revision: Number(r.revision),
-    workspace_id: r.role === 'operator' ? null : r.workspace_id,
-  };
-}
 
 export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   const { config, log } = opts;
@@ -197,20 +176,10 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     worker<LaunchJob>(LAUNCH_QUEUE, (job) => processLaunchJob(launchDeps, job.data), CONCURRENCY.launch);
   }
   if (roles.has('admission')) {
-    const alog = log.child({ role: 'admission' });
-    worker<AdmissionJob>(
-      ADMISSION_QUEUE,
-      async (job) => {
-        const principal = await principalForToken(db, job.data.tokenId);
-        if (!principal) {
-          alog.warn({ job_id: job.id }, 'admission job with an unknown or revoked token: dropped');
-          return { status: 'unauthorized' };
-        }
-        const out = await createTask(principal, job.data.body, { waitMs: 0 });
-        return { status: out.status, outcome: out.outcome, task_id: out.task.id, operation_id: out.operationId };
-      },
-      CONCURRENCY.admission,
-    );
+    // Loaded only here, like the API: a worker-only process without this role does not load the REST commands.
+    const { processAdmissionJob } = await import('../api/admission');
+    const admissionDeps = { db, createTask, metrics, log: log.child({ role: 'admission' }) };
+    worker<AdmissionJob>(ADMISSION_QUEUE, (job) => processAdmissionJob(admissionDeps, job), CONCURRENCY.admission);
   }
   if (roles.has('reaper')) {
     const rlog = log.child({ role: 'reaper' });

@@ -12,7 +12,9 @@ import type { CreateTaskOutcome } from '../../coordinator/create-task';
 import type { BeginOutcome } from '../../domain/vocab';
 import { creationAborted } from '../errors';
 import { taskBody } from '../task-detail';
-import type { CommandContext, CommandResult } from './context';
+import type { Principal } from '../../store/types';
+import type { ApiDeps } from '../deps';
+import type { CommandResult } from './context';
 
 /** The response flags of each outcome, exactly the companion notes' table. */
 const OUTCOME_FLAGS: Record<BeginOutcome, { deduplicated: boolean; creation_complete: boolean; external_id: boolean }> =
@@ -48,7 +50,13 @@ export function createResponse(result: CreateTaskOutcome): { status: number; bod
   };
 }
 
-export async function createTaskCommand(ctx: CommandContext, body: unknown, waitMs: number): Promise<CommandResult> {
+/** What the create command reads (a subset of `CommandContext`, so the admission worker runs it without an API). */
+export interface CreateContext {
+  deps: Pick<ApiDeps, 'createTask' | 'metrics'>;
+  principal: Principal;
+}
+
+export async function createTaskCommand(ctx: CreateContext, body: unknown, waitMs: number): Promise<CommandResult> {
   const { metrics } = ctx.deps;
   let result: CreateTaskOutcome;
   try {
