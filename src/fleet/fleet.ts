@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { Worker, type Processor } from 'bullmq';
+import { UnrecoverableError, Worker, type Processor } from 'bullmq';
 import type { FastifyInstance } from 'fastify';
 import {
   ADMISSION_QUEUE,
@@ -107,7 +107,12 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     const conn = createRedis(config.redisUrl);
     workerConnections.push(conn);
     const w = new Worker<T>(name, processor, { connection: conn, prefix: config.queuePrefix, concurrency });
-    w.on('failed', (job, err) => log.error({ queue: name, job_id: job?.id, err }, 'job failed'));
+    w.on('failed', (job, err) => {
+      // A refused admission (bad producer input, src/api/admission.ts) is an answer recorded on the job, not a fault.
+      if (err instanceof UnrecoverableError)
+        log.warn({ queue: name, job_id: job?.id, reason: err.message }, 'job refused');
+      else log.error({ queue: name, job_id: job?.id, err }, 'job failed');
+    });
     workers.push(w as Worker);
   };
   const roles = new Set(opts.roles);
