@@ -57,6 +57,7 @@ export async function mcpCommand(args: string[]): Promise<number> {
     const server = buildMcpServer(fleet.apiDeps, principal, log);
     const closed = new Promise<void>((resolve) => {
       server.onclose = resolve;
+      process.stdin.once('end', resolve);
       process.once('SIGINT', resolve);
       process.once('SIGTERM', resolve);
     });

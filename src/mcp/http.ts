@@ -53,8 +53,17 @@ export function mcpRoutes(deps: ApiDeps): FastifyPluginCallback {
           void transport.close();
           void server.close();
         });
-        await server.connect(transport);
-        await transport.handleRequest(req.raw, reply.raw, req.body);
+        try {
+          await server.connect(transport);
+          await transport.handleRequest(req.raw, reply.raw, req.body);
+        } catch (err) {
+          // The reply is hijacked: Fastify's error handler cannot answer, so the JSON-RPC error is written here.
+          deps.log.error({ err }, 'MCP request failed');
+          if (!reply.raw.headersSent) {
+            reply.raw.writeHead(500, { 'content-type': 'application/json' });
+            reply.raw.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'internal' }, id: null }));
+          }
+        }
       },
     );
     for (const method of ['GET', 'DELETE'] as const) {
