@@ -62,7 +62,10 @@ export const workspaceDeletionJobId = (deletionId: string): string => `wsdel-${d
 export interface AdmissionJob {
   /** Principal the producer authenticated as (token ID); re-checked by Begin. */
   tokenId: string;
+  /** The create request, exactly the body of `POST /api/v1/tasks`. */
   body: unknown;
+  /** How long the worker waits for the creation to end before completing the job (0..120000, default 0). */
+  waitMs?: number;
 }
 
 // BullMQ custom job IDs may not contain ':'.

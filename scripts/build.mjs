@@ -4,7 +4,9 @@
  * everything it loads into plain ES modules in dist/, which bin/taskledger.mjs
  * runs. Why esbuild, bundling, and this layout: docs/adr/0013-built-javascript.md.
  *
- * - One entry, src/cli/main.ts -> dist/main.js. Each command's dynamic
+ * - Two entries: src/cli/main.ts -> dist/main.js, and the producer client
+ *   src/client/index.ts -> dist/client.js (package export `taskledger/client`).
+ *   Each command's dynamic
  *   `import('./migrate')` etc. becomes its own chunk, so `taskledger help`
  *   still loads no TypeORM and `start` loads no demo/bench code.
  * - Packages in node_modules stay external (imported at run time, as before);
@@ -31,7 +33,7 @@ export async function buildDist(outdir = join(root, 'dist')) {
   mkdirSync(outdir, { recursive: true });
   await build({
     absWorkingDir: root,
-    entryPoints: { main: 'src/cli/main.ts' },
+    entryPoints: { main: 'src/cli/main.ts', client: 'src/client/index.ts' },
     outdir,
     bundle: true,
     splitting: true,

@@ -5,7 +5,8 @@
  * The caller owns its lifecycle (`listen`, `close`); nothing here starts
  * workers or opens connections.
  *
- * Every `/api/v1` route needs a bearer token (auth.ts). Errors map to HTTP
+ * Every `/api/v1` route needs a bearer token (auth.ts); so does MCP's
+ * streamable HTTP endpoint `POST /mcp` (src/mcp/http.ts). Errors map to HTTP
  * only in errors.ts. Each response is observed in
  * `taskledger_http_request_seconds{route,method,status}` under its route
  * pattern (never the raw URL, so IDs do not explode the label set).
@@ -24,6 +25,7 @@ import { taskLifecycleRoutes } from './routes/task-lifecycle';
 import { taskRoutes } from './routes/tasks';
 import { workspaceDeletionRoutes } from './routes/workspace-deletion';
 import { compileValidator } from './validation';
+import { mcpRoutes } from '../mcp/http';
 
 export type { ApiDeps } from './deps';
 
@@ -51,6 +53,8 @@ export function buildApi(deps: ApiDeps): FastifyInstance {
 
   void app.register(serviceRoutes(deps));
   void app.register(adminRoutes(deps));
+  // MCP over streamable HTTP (src/mcp/http.ts): its own bearer check, JSON-RPC bodies.
+  void app.register(mcpRoutes(deps));
   void app.register(
     async (api) => {
       installAuth(api, deps.db, deps.config.adminToken);

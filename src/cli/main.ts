@@ -40,6 +40,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     const { verifyCommand } = await import('./verify');
     return verifyCommand(args);
   }
+  if (command === 'mcp') {
+    const { mcpCommand } = await import('./mcp');
+    return mcpCommand(args);
+  }
   if (command === 'bench') {
     const { benchCommand } = await import('./bench');
     return benchCommand(args);

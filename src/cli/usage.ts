@@ -50,6 +50,12 @@ export const COMMANDS: readonly CommandInfo[] = [
     summary:
       'creates tasks end to end through the API with worker processes; reports creations/s, latency to task.created, worker memory and the raw-SQL ceiling (bench --help for every option)',
   },
+  {
+    name: 'mcp',
+    synopsis: 'mcp [--token T] [--roles ...]',
+    summary:
+      'serves the MCP tools on stdio for the token (else TASKLEDGER_TOKEN); also on the API port at POST /mcp (docs/mcp.md)',
+  },
   { name: 'help', synopsis: 'help', summary: 'prints this text' },
 ];
 

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { Worker, type Processor } from 'bullmq';
+import { UnrecoverableError, Worker, type Processor } from 'bullmq';
 import type { FastifyInstance } from 'fastify';
 import {
   ADMISSION_QUEUE,
@@ -26,6 +26,7 @@ import {
   type OutboxJob,
   type StepJob,
 } from '../../queues/names';
+import type { ApiDeps } from '../api/deps';
 import type { AppConfig } from '../app/config';
 import { runDueCleanupJobs } from '../cleanup/worker';
 import { processCompleteJob } from '../coordinator/complete-worker';
@@ -35,7 +36,7 @@ import { wakeOutbox } from '../coordinator/wake-outbox';
 import { QueueSet } from '../coordinator/queues';
 import { processStepJob, type StepHandlers } from '../coordinator/step-worker';
 import { createDataSource } from '../db/data-source';
-import { readRows, type Db } from '../db/tx';
+import type { Db } from '../db/tx';
 import { STEP_KINDS } from '../domain/vocab';
 import { LocalProcessExecutor, type Executor } from '../launch/executor';
 import { processLaunchJob } from '../launch/launch-worker';
@@ -48,7 +49,6 @@ import { createRedis } from '../runtime/redis';
 import { sweepOnce } from '../runtime/reaper';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { defaultStepHandlers } from '../steps/index';
-import type { Principal } from '../store/types';
 import { CONCURRENCY, type Role } from './roles';
 
 export interface FleetOptions {
@@ -73,31 +73,13 @@ export interface Fleet {
   queues: QueueSet;
   metrics: Metrics;
   api: FastifyInstance | null;
+  /** The API commands' dependencies (also without the api role: `taskledger mcp` serves stdio from them). */
+  apiDeps: ApiDeps;
   workerId: string;
   stop(): Promise<void>;
 }
 
 const IO_KINDS = new Set(['fresh_branch_prepare', 'remote_contribution_associate', 'attachment_claim']);
-
-async function principalForToken(db: Db, tokenId: string): Promise<Principal | null> {
-  const rows = await readRows<{
-    id: string;
-    workspace_id: string | null;
-    principal_id: string;
-    role: string;
-    revision: number;
-    revoked_at: Date | null;
-  }>(db, 'SELECT id, workspace_id, principal_id, role, revision, revoked_at FROM api_tokens WHERE id = ?', [tokenId]);
-  const r = rows[0];
-  if (!r || r.revoked_at !== null) return null;
-  return {
-    variant: 'api_principal',
-    principal_id: r.principal_id,
-    authority_id: r.id,
-    authority_revision: Number(r.revision),
-    workspace_id: r.role === 'operator' ? null : r.workspace_id,
-  };
-}
 
 export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   const { config, log } = opts;
@@ -125,7 +107,12 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     const conn = createRedis(config.redisUrl);
     workerConnections.push(conn);
     const w = new Worker<T>(name, processor, { connection: conn, prefix: config.queuePrefix, concurrency });
-    w.on('failed', (job, err) => log.error({ queue: name, job_id: job?.id, err }, 'job failed'));
+    w.on('failed', (job, err) => {
+      // A refused admission (bad producer input, src/api/admission.ts) is an answer recorded on the job, not a fault.
+      if (err instanceof UnrecoverableError)
+        log.warn({ queue: name, job_id: job?.id, reason: err.message }, 'job refused');
+      else log.error({ queue: name, job_id: job?.id, err }, 'job failed');
+    });
     workers.push(w as Worker);
   };
   const roles = new Set(opts.roles);
@@ -194,20 +181,10 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     worker<LaunchJob>(LAUNCH_QUEUE, (job) => processLaunchJob(launchDeps, job.data), CONCURRENCY.launch);
   }
   if (roles.has('admission')) {
-    const alog = log.child({ role: 'admission' });
-    worker<AdmissionJob>(
-      ADMISSION_QUEUE,
-      async (job) => {
-        const principal = await principalForToken(db, job.data.tokenId);
-        if (!principal) {
-          alog.warn({ job_id: job.id }, 'admission job with an unknown or revoked token: dropped');
-          return { status: 'unauthorized' };
-        }
-        const out = await createTask(principal, job.data.body, { waitMs: 0 });
-        return { status: out.status, outcome: out.outcome, task_id: out.task.id, operation_id: out.operationId };
-      },
-      CONCURRENCY.admission,
-    );
+    // Loaded only here, like the API: a worker-only process without this role does not load the REST commands.
+    const { processAdmissionJob } = await import('../api/admission');
+    const admissionDeps = { db, createTask, metrics, log: log.child({ role: 'admission' }) };
+    worker<AdmissionJob>(ADMISSION_QUEUE, (job) => processAdmissionJob(admissionDeps, job), CONCURRENCY.admission);
   }
   if (roles.has('reaper')) {
     const rlog = log.child({ role: 'reaper' });
@@ -269,37 +246,39 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       CONCURRENCY.cleanup,
     );
   }
+  // What the API commands need (REST routes and MCP tools alike); `taskledger mcp` serves stdio from it too.
+  const alog = log.child({ role: 'api' });
+  const waker = { queues, log: alog, dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined };
+  const launchWaker = { db, queues, log: alog, launchInPlace };
+  const apiDeps: ApiDeps = {
+    db,
+    config,
+    log: alog,
+    createTask,
+    queues: queues.all(),
+    recoveryQueues: queues,
+    metrics,
+    stepObserver: { effects, handlers },
+    wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
+    wakeLaunches: async (taskIds) => {
+      await wakeLaunches(launchWaker, taskIds);
+    },
+    wakeCleanup: async () => {
+      await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
+    },
+    startWorkspaceDeletion: async (deletionId, workspaceId) => {
+      await queues
+        .get(REAPER_QUEUE)
+        .add(WORKSPACE_DELETION_JOB, { deletionId, workspaceId } satisfies WorkspaceDeletionJob, {
+          jobId: workspaceDeletionJobId(deletionId),
+        });
+    },
+  };
   let api: FastifyInstance | null = null;
   if (roles.has('api')) {
     // Loaded only here: Fastify, Bull Board and the routes cost a worker-only process ~13 MB of resident memory for nothing.
     const { buildApi } = await import('../api/server');
-    const alog = log.child({ role: 'api' });
-    const waker = { queues, log: alog, dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined };
-    const launchWaker = { db, queues, log: alog, launchInPlace };
-    api = buildApi({
-      db,
-      config,
-      log: alog,
-      createTask,
-      queues: queues.all(),
-      recoveryQueues: queues,
-      metrics,
-      stepObserver: { effects, handlers },
-      wakeOutbox: (workspaceId) => wakeOutbox(waker, workspaceId),
-      wakeLaunches: async (taskIds) => {
-        await wakeLaunches(launchWaker, taskIds);
-      },
-      wakeCleanup: async () => {
-        await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
-      },
-      startWorkspaceDeletion: async (deletionId, workspaceId) => {
-        await queues
-          .get(REAPER_QUEUE)
-          .add(WORKSPACE_DELETION_JOB, { deletionId, workspaceId } satisfies WorkspaceDeletionJob, {
-            jobId: workspaceDeletionJobId(deletionId),
-          });
-      },
-    });
+    api = buildApi(apiDeps);
     await api.listen({ port: config.port, host: '127.0.0.1' });
   }
   log.info({ roles: [...roles], worker_id: workerId, dialect: config.db.dialect }, 'taskledger fleet started');
@@ -309,6 +288,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     queues,
     metrics,
     api,
+    apiDeps,
     workerId,
     async stop() {
       if (api) await api.close();

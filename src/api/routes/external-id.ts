@@ -15,45 +15,27 @@
  *   busy: a step running or unknown, compensation pending, between Complete's
  *   phases, or another release of it in progress.
  */
-import type { FastifyPluginCallback, FastifyRequest } from 'fastify';
-import { ValidationError } from '../../domain/errors';
-import { readRows, type Db } from '../../db/tx';
-import { normalizeExternalId } from '../../plan/external-id';
+import type { FastifyPluginCallback } from 'fastify';
 import { releaseExternalId } from '../../setup/release-external-id';
-import { findByExternalId } from '../../store/task-view';
-import { operatorOnly, requireOperator, requireWorkspace } from '../auth';
+import { operatorOnly, principalOf, requireOperator } from '../auth';
+import { requestContext } from '../commands/context';
+import { authorizedLookup, lookupByExternalIdCommand } from '../commands/lookup';
 import type { ApiDeps } from '../deps';
 import { notFound } from '../errors';
 
 type Route = { Params: { id: string }; Querystring: Record<string, unknown> };
-type Req = FastifyRequest<Route>;
-
-/** Authorizes the workspace first, then validates the query; returns the workspace and normalized ID. */
-async function authorizedLookup(db: Db, req: Req): Promise<{ workspaceId: string; externalId: string }> {
-  const workspaceId = requireWorkspace(req, req.params.id);
-  const ws = await readRows<{ state: string }>(db, 'SELECT state FROM workspaces WHERE id = ?', [workspaceId]);
-  if (!ws[0] || ws[0].state !== 'active') throw notFound('workspace');
-  const extra = Object.keys(req.query).find((k) => k !== 'external_id');
-  if (extra !== undefined) throw new ValidationError(`/${extra}`, 'unknown query parameter');
-  const externalId = normalizeExternalId(req.query.external_id);
-  if (externalId === null) throw new ValidationError('/external_id', 'is required', 'invalid_external_id');
-  return { workspaceId, externalId };
-}
 
 export function externalIdRoutes(deps: ApiDeps): FastifyPluginCallback {
   const { db } = deps;
   const path = '/workspaces/:id/tasks/by-external-id';
   return function routes(app, _opts, done): void {
     app.get<Route>(path, async (req) => {
-      const { workspaceId, externalId } = await authorizedLookup(db, req);
-      const task = await findByExternalId(db, workspaceId, externalId);
-      if (!task) throw notFound('task');
-      return { task, creation_complete: task.creation_complete };
+      return lookupByExternalIdCommand(requestContext(deps, principalOf(req), req.log), req.params.id, req.query);
     });
 
     app.delete<Route>(path, { onRequest: operatorOnly }, async (req, reply) => {
       const operator = requireOperator(req);
-      const { workspaceId, externalId } = await authorizedLookup(db, req);
+      const { workspaceId, externalId } = await authorizedLookup(db, operator, req.params.id, req.query);
       const res = await releaseExternalId(db, workspaceId, externalId, operator.principal_id);
       if (!res.released) throw notFound('task');
       return reply.status(204).send();

@@ -19,26 +19,17 @@
  *   clients and not used: the system's observation is what is recorded.
  */
 import type { FastifyPluginCallback } from 'fastify';
-import { OPERATION_STATES, STEP_KINDS, type StepKind } from '../../domain/vocab';
+import { STEP_KINDS, type StepKind } from '../../domain/vocab';
 import { createProviderRegistry } from '../../providers/registry';
 import { resolveStepByOperator, type OperatorResolution } from '../../runtime/operator-resolve';
 import { defaultStepHandlers } from '../../steps';
-import { isUuid, mayRead, operatorOnly, principalOf, requireOperator } from '../auth';
+import { isUuid, operatorOnly, principalOf, requireOperator } from '../auth';
+import { requestContext } from '../commands/context';
+import { listOperationsCommand, readOperationCommand } from '../commands/operation-commands';
+import { listOperationsQuery } from '../commands/schemas';
 import type { ApiDeps } from '../deps';
 import { notFound } from '../errors';
-import { listOperations, readOperation } from '../operation-view';
-import { closed, uuid } from '../validation';
-
-/** Why 50/200: a page fits one screen of the CLI; 200 bounds one read's cost. */
-const DEFAULT_PAGE = 50;
-const MAX_PAGE = 200;
-
-const listQuery = closed({
-  state: { type: 'string', enum: [...OPERATION_STATES] },
-  workspace_id: uuid,
-  limit: { type: 'integer', minimum: 1, maximum: MAX_PAGE, default: DEFAULT_PAGE },
-  cursor: { type: 'string', minLength: 1, maxLength: 400 },
-});
+import { closed } from '../validation';
 
 const resolveBody = closed(
   {
@@ -68,31 +59,14 @@ export function operationRoutes(deps: ApiDeps): FastifyPluginCallback {
     handlers: defaultStepHandlers,
   };
   return function routes(app, _opts, done): void {
-    app.get<{ Params: { id: string } }>('/creation-operations/:id', async (req) => {
-      const principal = principalOf(req);
-      if (!isUuid(req.params.id)) throw notFound('creation operation');
-      const op = await readOperation(db, req.params.id);
-      if (!op || !mayRead(principal, String(op.workspace_id))) throw notFound('creation operation');
-      return op;
-    });
+    app.get<{ Params: { id: string } }>('/creation-operations/:id', async (req) =>
+      readOperationCommand(requestContext(deps, principalOf(req), req.log), req.params.id),
+    );
 
     app.get<{ Querystring: { state?: string; workspace_id?: string; limit: number; cursor?: string } }>(
       '/creation-operations',
-      { schema: { querystring: listQuery } },
-      async (req) => {
-        const principal = principalOf(req);
-        let workspaceId = req.query.workspace_id;
-        if (principal.workspace_id !== null) {
-          if (workspaceId !== undefined && workspaceId !== principal.workspace_id) throw notFound('workspace');
-          workspaceId = principal.workspace_id;
-        }
-        return listOperations(db, {
-          state: req.query.state,
-          workspaceId,
-          limit: req.query.limit,
-          cursor: req.query.cursor,
-        });
-      },
+      { schema: { querystring: listOperationsQuery } },
+      async (req) => listOperationsCommand(requestContext(deps, principalOf(req), req.log), req.query),
     );
 
     app.post<{
