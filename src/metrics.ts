@@ -5,6 +5,7 @@
  * ledger's counters and histograms below. `GET /metrics` serves `registry`.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { connectionsLost } from './db/connection-loss';
 
 /** Label values of `taskledger_creations_total{outcome}`. */
 export const CREATION_METRIC_OUTCOMES = [
@@ -44,6 +45,11 @@ export interface Metrics {
    * TASKLEDGER_STUCK_AFTER_MS, by the one legal action they wait for; set by each reaper sweep.
    */
   stuckOperations: Gauge<'action'>;
+  /**
+   * `taskledger_db_connections_lost_total`: database connections this process saw dropped (each one's command
+   * restarted, or answered `commit_outcome_unknown` if COMMIT was on the wire); read at scrape time.
+   */
+  connectionsLost: Counter;
 }
 
 /** Why these buckets: a found external ID answers in milliseconds; a creation
@@ -108,6 +114,7 @@ export function createMetrics(): Metrics {
       labelNames: ['action'],
       registers,
     }),
+    connectionsLost: lostConnectionsCounter(registers),
     httpRequests: new Histogram({
       name: 'taskledger_http_request_seconds',
       help: 'HTTP request duration, by route pattern, method and status code',
@@ -116,4 +123,18 @@ export function createMetrics(): Metrics {
       registers,
     }),
   };
+}
+
+function lostConnectionsCounter(registers: Registry[]): Counter {
+  let reported = 0;
+  return new Counter({
+    name: 'taskledger_db_connections_lost_total',
+    help: 'Database connections this process saw dropped (its command restarted on a new connection)',
+    registers,
+    collect() {
+      const now = connectionsLost();
+      if (now > reported) this.inc(now - reported);
+      reported = now;
+    },
+  });
 }

@@ -9,6 +9,10 @@
  *   workspace_deleting, observation_disagrees, stale_claim, handle_mismatch, evidence_mismatch -> 409
  *   `{error: code, detail}`; anything else -> 500
  *   `{error:"internal"}`, logged.
+ * - database_unavailable, commit_outcome_unknown, and any driver error that
+ *   means the connection is gone -> 503 `{error: code, detail}` with
+ *   `Retry-After: 1` (src/db/connection-loss.ts): asking again with the same
+ *   external ID is safe and answers with the one task.
  * - `HttpError`: refusals that exist only at the HTTP surface (401, 403, 413,
  *   415, an aborted creation's 422).
  * - Fastify's own errors: schema validation and malformed JSON -> 400
@@ -21,6 +25,10 @@ import { jsonPointer } from '../canonical/canonical-json';
 import { PATTERN_MESSAGES } from '../canonical/schemas/fragments';
 import { TaskLedgerError, ValidationError, type ErrorCode } from '../domain/errors';
 import type { Logger } from '../log';
+import { isConnectionLost } from '../db/connection-loss';
+
+/** Why 1 s: the runner already retried a lost connection for about two seconds; a second later the database is usually back. */
+export const RETRY_AFTER_S = 1;
 
 export interface ErrorBody {
   error: string;
@@ -104,6 +112,16 @@ export function toHttpResponse(err: unknown, log: Logger): { status: number; bod
     if (CONFLICTS.has(err.code)) {
       return { status: 409, body: { error: err.code, detail: { ...err.detail, message: err.message } } };
     }
+    if (err.code === 'database_unavailable' || err.code === 'commit_outcome_unknown') {
+      return { status: 503, body: { error: err.code, detail: { message: err.message } } };
+    }
+  }
+  if (isConnectionLost(err)) {
+    log.warn({ err }, 'database connection lost during an API request');
+    return {
+      status: 503,
+      body: { error: 'database_unavailable', detail: { message: 'the database connection was lost; ask again' } },
+    };
   }
   const fe = err as Partial<FastifyError> & { validation?: ErrorObject[]; validationContext?: string };
   if (Array.isArray(fe.validation) && fe.validation[0]) {
@@ -130,6 +148,7 @@ export function toHttpResponse(err: unknown, log: Logger): { status: number; bod
 
 export function sendError(reply: FastifyReply, err: unknown, log: Logger): FastifyReply {
   const { status, body } = toHttpResponse(err, log);
+  if (status === 503) void reply.header('retry-after', String(RETRY_AFTER_S));
   return reply.status(status).send(body);
 }
 

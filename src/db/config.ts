@@ -8,6 +8,13 @@ export type Dialect = 'postgres' | 'mysql';
 export interface DbConfig {
   url: string;
   dialect: Dialect;
+  /**
+   * PostgreSQL's `application_name` for this process's connections
+   * (TASKLEDGER_DB_APPLICATION_NAME, default `taskledger`): what an operator
+   * sees in `pg_stat_activity`, and how a fault test picks the fleet's
+   * connections to kill. MySQL has no equivalent; use a dedicated user.
+   */
+  applicationName?: string;
 }
 
 export const DEFAULT_DB_URL = 'postgres://postgres@127.0.0.1:5432/taskledger';
@@ -24,5 +31,6 @@ export function dialectOf(url: string): Dialect {
 
 export function dbConfigFromEnv(env: NodeJS.ProcessEnv = process.env): DbConfig {
   const url = env.TASKLEDGER_DB_URL && env.TASKLEDGER_DB_URL.trim() !== '' ? env.TASKLEDGER_DB_URL : DEFAULT_DB_URL;
-  return { url, dialect: dialectOf(url) };
+  const applicationName = env.TASKLEDGER_DB_APPLICATION_NAME?.trim() || 'taskledger';
+  return { url, dialect: dialectOf(url), applicationName };
 }

@@ -34,6 +34,7 @@ export function createDataSource(config: DbConfig, options: DataSourceOptions = 
       ...common,
       type: 'postgres',
       poolSize,
+      applicationName: config.applicationName ?? 'taskledger',
       extra: {
         // Every connection uses UTC and READ COMMITTED (the server default on PostgreSQL).
         options: '-c timezone=UTC -c default_transaction_isolation=read\\ committed',

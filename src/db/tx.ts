@@ -7,7 +7,12 @@
  * fresh LockPlan, runs `fn(tx)`, and commits. A deadlock, serialization or
  * lock-wait failure rolls back and restarts the whole command from tier 1
  * (nothing read in the failed attempt is reused), with capped exponential
- * backoff plus jitter. Any other error rolls back and propagates. `fn` must do
+ * backoff plus jitter. A lost connection (src/db/connection-loss.ts) before
+ * COMMIT was sent means the server rolled the transaction back: the command
+ * restarts on a new connection, with its own longer backoff, and after
+ * LOST_ATTEMPTS throws `database_unavailable`. A connection lost while COMMIT
+ * was on the wire throws `commit_outcome_unknown` (never retried here: the
+ * caller asks the ledger again). Any other error rolls back and propagates. `fn` must do
  * no I/O other than SQL on `tx`: Git, HTTP and process work happen outside.
  * START TRANSACTION travels with the first statements, and statements issued
  * together share a round trip in issue order (`Tx.batch`, `Tx.batchAhead`,
@@ -17,6 +22,7 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { TaskLedgerError } from '../domain/errors';
 import type { Dialect } from './config';
+import { countConnectionLoss, isConnectionLost } from './connection-loss';
 import {
   forShareSql,
   isRetryableError,
@@ -39,6 +45,11 @@ export interface Db {
 const MAX_ATTEMPTS = 10;
 const BACKOFF_BASE_MS = 5;
 const BACKOFF_CAP_MS = 250;
+/** Why 8 attempts from 25 ms to a 1 s cap: about three seconds of a database that keeps dropping connections
+ *  (a restart, a failover, a connection killer) before the caller hears `database_unavailable`. */
+const LOST_ATTEMPTS = 8;
+const LOST_BACKOFF_BASE_MS = 25;
+const LOST_BACKOFF_CAP_MS = 1000;
 
 export type { SqlParam };
 
@@ -356,9 +367,11 @@ export async function runTransaction<T>(
   fn: (tx: Tx) => Promise<T>,
   options: TransactionOptions = {},
 ): Promise<T> {
+  let lostAttempts = 0;
   for (let attempt = 1; ; attempt++) {
     const qr = db.ds.createQueryRunner();
     let tx: Tx | undefined;
+    let committing = false;
     try {
       await qr.connect();
       await ensureSession(qr, db.dialect);
@@ -367,17 +380,47 @@ export async function runTransaction<T>(
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
       await tx.close();
-      if (tx.opened) await (tx.isRollbackOnly ? qr.query('ROLLBACK') : commit(qr, db.dialect));
+      if (tx.opened) {
+        if (tx.isRollbackOnly) await qr.query('ROLLBACK');
+        else {
+          committing = true;
+          await commit(qr, db.dialect);
+        }
+      }
       return result;
     } catch (err) {
       await tx?.close();
+      if (isConnectionLost(err)) {
+        countConnectionLoss();
+        discardConnection(qr, db.dialect);
+        if (committing) {
+          throw new TaskLedgerError(
+            'commit_outcome_unknown',
+            `${name}: the database connection was lost during COMMIT; the command may or may not have taken effect`,
+            { command: name },
+            { cause: err },
+          );
+        }
+        // The server rolled back what this connection held: nothing of this attempt was written.
+        if (++lostAttempts >= LOST_ATTEMPTS) {
+          throw new TaskLedgerError(
+            'database_unavailable',
+            `${name}: the database connection was lost ${lostAttempts} times; nothing was written`,
+            { command: name },
+            { cause: err },
+          );
+        }
+        options.onRetry?.(attempt, err);
+        await sleep(backoff(LOST_BACKOFF_BASE_MS, LOST_BACKOFF_CAP_MS, lostAttempts));
+        continue;
+      }
       if (tx?.opened) {
         await qr.query('ROLLBACK').catch(() => undefined);
       }
       const unique = uniqueViolationConstraint(err);
       const restart = isRetryableError(err) || (unique !== null && (options.restartOnUnique ?? []).includes(unique));
       if (!restart) throw err;
-      if (attempt >= MAX_ATTEMPTS) {
+      if (attempt - lostAttempts >= MAX_ATTEMPTS) {
         throw new TaskLedgerError(
           'retry_exhausted',
           `${name}: gave up after ${attempt} deadlock/serialization retries`,
@@ -388,11 +431,32 @@ export async function runTransaction<T>(
         );
       }
       options.onRetry?.(attempt, err);
-      const cap = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
-      await sleep(cap / 2 + Math.random() * (cap / 2));
+      await sleep(backoff(BACKOFF_BASE_MS, BACKOFF_CAP_MS, attempt - lostAttempts));
     } finally {
       await qr.release();
     }
+  }
+}
+
+/** Capped exponential backoff with jitter: between half and all of min(cap, base * 2^(n-1)). */
+function backoff(baseMs: number, capMs: number, n: number): number {
+  const cap = Math.min(capMs, baseMs * 2 ** (n - 1));
+  return cap / 2 + Math.random() * (cap / 2);
+}
+
+/**
+ * Keeps a dead connection out of the pool. mysql2 may hand a pooled
+ * connection out again before it notices the server closed it, so it is
+ * destroyed here; pg's pool already drops a client whose socket failed
+ * (TypeORM releases it with the error).
+ */
+function discardConnection(qr: QueryRunner, dialect: Dialect): void {
+  if (dialect !== 'mysql') return;
+  const conn = (qr as unknown as { databaseConnection?: { destroy?: () => void } }).databaseConnection;
+  try {
+    conn?.destroy?.();
+  } catch {
+    // Already gone.
   }
 }
 
@@ -406,12 +470,36 @@ export async function readRows<T = Record<string, unknown>>(
   sql: string,
   params: SqlParam[] = [],
 ): Promise<T[]> {
+  // A read has no effect, so a lost connection simply reads again (up to LOST_ATTEMPTS, as a transaction would).
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await readOnce<T>(db, sql, params);
+    } catch (err) {
+      if (!isConnectionLost(err)) throw err;
+      countConnectionLoss();
+      if (attempt >= LOST_ATTEMPTS) {
+        throw new TaskLedgerError(
+          'database_unavailable',
+          `the database connection was lost ${attempt} times during a read`,
+          {},
+          { cause: err },
+        );
+      }
+      await sleep(backoff(LOST_BACKOFF_BASE_MS, LOST_BACKOFF_CAP_MS, attempt));
+    }
+  }
+}
+
+async function readOnce<T>(db: Db, sql: string, params: SqlParam[]): Promise<T[]> {
   if (db.dialect === 'postgres') return db.ds.query<T[]>(toDialectSql(db.dialect, sql), params);
   const qr = db.ds.createQueryRunner();
   try {
     await qr.connect();
     await ensureSession(qr, db.dialect);
     return (await qr.query(toDialectSql(db.dialect, sql), params)) as T[];
+  } catch (err) {
+    if (isConnectionLost(err)) discardConnection(qr, db.dialect);
+    throw err;
   } finally {
     await qr.release();
   }

@@ -39,6 +39,17 @@ export const ERROR_CODES = [
   'lock_order_violation',
   /** The command kept hitting deadlocks or serialization failures. */
   'retry_exhausted',
+  /**
+   * The database could not be reached or kept dropping the connection before
+   * COMMIT (src/db/connection-loss.ts): nothing was written; ask again later.
+   */
+  'database_unavailable',
+  /**
+   * The connection dropped while COMMIT was on the wire: the command may or
+   * may not have taken effect. Ask again idempotently (the same external ID,
+   * the same claim); the ledger answers with what is true.
+   */
+  'commit_outcome_unknown',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
