@@ -54,3 +54,15 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig {
     stagedTtlMs: int(env, 'TASKLEDGER_STAGED_TTL_MS', DEFAULT_STAGED_TTL_MS),
   };
 }
+
+/**
+ * The timeout each effect's I/O (one Git command, one provider call) runs
+ * under in a worker: the configured one, but never more than half the lease.
+ * A handler renews its lease right before each effect, so an effect started
+ * under a live lease has finished or been killed before that lease can
+ * expire and the reaper observe the step (docs/adr/0010-connection-loss.md):
+ * an observation of "absent" can never be overtaken by a late effect.
+ */
+export function effectTimeoutWithinLease(config: Pick<AppConfig, 'effectTimeoutMs' | 'leaseMs'>): number {
+  return Math.max(1, Math.min(config.effectTimeoutMs, Math.floor(config.leaseMs / 2)));
+}

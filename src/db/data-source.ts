@@ -18,6 +18,9 @@ export interface DataSourceOptions {
   logging?: boolean;
 }
 
+/** Deliberately empty: see `onConnect` below. */
+function ignoreLostConnection(): void {}
+
 export function createDataSource(config: DbConfig, options: DataSourceOptions = {}): DataSource {
   const poolSize = options.poolSize ?? 10;
   const common = {
@@ -38,6 +41,13 @@ export function createDataSource(config: DbConfig, options: DataSourceOptions = 
       extra: {
         // Every connection uses UTC and READ COMMITTED (the server default on PostgreSQL).
         options: '-c timezone=UTC -c default_transaction_isolation=read\\ committed',
+        // pg-pool's hook for each new client: a permanent 'error' listener, so a server-side kill that reaches a
+        // client in the instant it has no owner listening (between pool and query runner) cannot crash the
+        // process. The owner's own listener (TypeORM's, or pg-pool's idle one) still sees the error and drops
+        // the client; the command on it restarts (src/db/tx.ts, docs/adr/0010-connection-loss.md).
+        onConnect: (client: { on(event: 'error', listener: (err: Error) => void): void }) => {
+          client.on('error', ignoreLostConnection);
+        },
       },
     });
   }

@@ -27,7 +27,7 @@ import {
   type StepJob,
 } from '../../queues/names';
 import type { ApiDeps } from '../api/deps';
-import type { AppConfig } from '../app/config';
+import { effectTimeoutWithinLease, type AppConfig } from '../app/config';
 import { runDueCleanupJobs } from '../cleanup/worker';
 import { processCompleteJob } from '../coordinator/complete-worker';
 import { makeCreateTask } from '../coordinator/create';
@@ -90,12 +90,13 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   const connection = createRedis(config.redisUrl);
   const queues = new QueueSet(connection, config.queuePrefix);
   const metrics = opts.metrics ?? createMetrics();
+  const effectTimeoutMs = effectTimeoutWithinLease(config);
   const effects = {
     db,
     dataDir: config.dataDir,
-    providers: createProviderRegistry({ timeoutMs: config.effectTimeoutMs }),
+    providers: createProviderRegistry({ timeoutMs: effectTimeoutMs }),
     log: log.child({ role: 'steps' }),
-    timeoutMs: config.effectTimeoutMs,
+    timeoutMs: effectTimeoutMs,
   };
   const handlers = opts.handlers ?? defaultStepHandlers;
   const executor = opts.executor ?? new LocalProcessExecutor(join(config.dataDir, 'runtime'));

@@ -104,6 +104,9 @@ async function perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Prom
   await heartbeat();
   const marked = await persistAttachmentMarker(deps.db, claim);
   if (marked !== 'persisted') return marked.state;
+  // Renewed again right before the first copy: the marker's transaction may have taken seconds (a lost
+  // connection restarts it), and no copy may start under a lease that could expire while it runs.
+  await heartbeat();
   let problem = await copyAll(deps, req, heartbeat);
   await failpoint('after_effect_before_record', {
     kind: claim.kind,

@@ -219,6 +219,10 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
   await heartbeat();
   const persisted = await persistWorktreeMarker(db, claim);
   if (persisted !== 'persisted') return persisted.state;
+  // Renewed right before Git is touched: the marker's transaction may have taken seconds (a lost connection
+  // restarts it), and Git must never run under a lease that could expire before it ends (each command's
+  // timeout is at most half the lease): once the lease has expired, the reaper may observe "absent".
+  await heartbeat();
 
   const marker = markerFileText(req, owner);
   // A new worktree's usual case — no branch (preflight) and nothing at the planned path — needs no full

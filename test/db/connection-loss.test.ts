@@ -132,7 +132,9 @@ describe('a transaction whose connection the server kills', () => {
       ),
     );
     for (const id of new Set(ids)) await killConnection(id);
-    const reads = await Promise.all(Array.from({ length: 6 }, () => readRows<{ one: number }>(t.db, 'SELECT 1 AS one')));
+    const reads = await Promise.all(
+      Array.from({ length: 6 }, () => readRows<{ one: number }>(t.db, 'SELECT 1 AS one')),
+    );
     for (const [row] of reads) expect(Number(row!.one)).toBe(1);
     const id = `after-idle-kill-${Date.now()}`;
     await runTransaction(t.db, 'ProbeInsert', (tx) => tx.exec(`INSERT INTO ${TABLE} (id) VALUES (?)`, [id]));

@@ -88,6 +88,8 @@ export interface ChildOptions {
   failpoints?: string;
   /** Default ROLES. */
   roles?: string[];
+  /** Extra environment (e.g. another database user, an application name, a port). */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** Starts `taskledger start --roles steps,complete,outbox,launch,reaper` for this world. */
@@ -102,6 +104,7 @@ export function spawnWorker(w: CrashWorld, name: string, opts: ChildOptions): Be
     // Other test files share this database: the children's reaper sweeps only this workspace.
     TASKLEDGER_SWEEP_WORKSPACE_ID: w.ws.workspaceId,
     TASKLEDGER_LOG_LEVEL: 'info',
+    ...opts.env,
   };
   delete env.TASKLEDGER_FAILPOINTS;
   if (opts.failpoints !== undefined) env.TASKLEDGER_FAILPOINTS = opts.failpoints;
