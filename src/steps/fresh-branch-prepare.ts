@@ -80,6 +80,7 @@ import {
   repositoryPreflight,
 } from './git';
 import type { Observation, StepHandler } from './types';
+import { inspectWorktree as inspectForUndo, isUntouched, removeUntouchedWorktree } from '../compensation/git-worktree';
 import {
   inspectLinkedWorktree,
   inspectWorktree,
@@ -319,9 +320,11 @@ async function observe(deps: Parameters<StepHandler['observe']>[0], step: StepRo
   }
   if (rows.envRepo === 'absent' && rows.marker === 'ours' && exact(g, req, markerFileText(req, owner))) {
     // The worker died after its Git effect and before its record: the worktree carries this step's
-    // authenticated marker, so it is ours, but the ledger's effect rows were never written. The
-    // recorded effect is absent; a retry's perform adopts the marked worktree and records it (never a
-    // second `worktree add`), so `retry_wait` is the one safe resolution.
+    // authenticated marker, so it is ours, but the ledger's effect rows were never written. Recovery removes
+    // such a worktree first while it is untouched (removeUnrecordedWorktree); one still here is not clean
+    // (an operator's resolution observes without that removal). The recorded effect is absent; a retry's
+    // perform adopts the marked worktree and records it (never a second `worktree add`), so `retry_wait`
+    // is the one safe resolution.
     return {
       effect: 'absent_proven',
       evidence: rowSetEvidenceOf(
@@ -341,8 +344,36 @@ async function observe(deps: Parameters<StepHandler['observe']>[0], step: StepRo
   return conflict('worktree, branch or rows are partial, changed or foreign', set(g));
 }
 
+/**
+ * Recovery of an `unknown` step whose worker died (or outlived its lease) after `git worktree add` and before
+ * its record: the worktree carries this step's marker, but no ledger row owns it. Observed as it is, it is
+ * "absent" (a retry would adopt it) — and orphaned if the operation aborts before any retry does. So, like an
+ * attachment claim's unrecorded copies, it is removed here first, and only while untouched (registered on the
+ * branch, HEAD and branch at the base commit, clean, this step's marker byte-equal): `git worktree remove`
+ * without --force, the branch deleted only while at the base commit. Anything else is left to the observation
+ * (a changed worktree is a conflict for an operator). Runs under the operation's recovery claim, before
+ * `observe`; the step stays `unknown` meanwhile, so no worker can claim it.
+ */
+async function removeUnrecordedWorktree(deps: Parameters<StepHandler['observe']>[0], step: StepRow): Promise<void> {
+  if (step.state !== 'unknown') return;
+  const req = stepRequestOf(step, 'fresh_branch_prepare');
+  const repo = await repositoryOf(deps.db, req);
+  const path = repo && plannedWorktreePath(deps.dataDir, req, repo.name);
+  if (!repo || !path) return;
+  const rows = await readFreshBranchRows(deps.db, step, path);
+  if (rows.envRepo !== 'absent' || rows.marker !== 'ours') return;
+  const seen = await inspectForUndo(repo.path, path, req.branch, deps.timeoutMs);
+  if (!isUntouched(seen, req.branch, req.base_commit, markerFileText(req, ownerOf(step)))) return;
+  await removeUntouchedWorktree(repo.path, path, req.branch, req.base_commit, deps.timeoutMs);
+  deps.log.info(
+    { operation_id: step.operation_id, step_id: step.id, worktree: path },
+    "an unknown step's unrecorded worktree was removed (untouched, this step's marker)",
+  );
+}
+
 export const freshBranchPrepareHandler: StepHandler<'fresh_branch_prepare'> = {
   kind: 'fresh_branch_prepare',
   perform,
   observe,
+  removeUnrecorded: removeUnrecordedWorktree,
 };

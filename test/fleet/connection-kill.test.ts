@@ -2,14 +2,16 @@
  * The database server kills every fleet connection, again and again, while
  * creations run end to end — and every creation still ends, exactly once.
  *
- * An API process and two worker processes (`taskledger start`) run against
- * the test database; the test process kills all of their connections from
- * the server side every ~0.7 s (`pg_terminate_backend` of their
- * application_name on PostgreSQL, `KILL CONNECTION` of their dedicated user
- * on MySQL/MariaDB). Producers create tasks over REST with external IDs and
- * ask again whenever an answer is lost (503 or a dropped response). A quarter
- * of the creations link a pull request the provider does not know (404), so
- * their creations abort and compensate while the killing goes on.
+ * An API process and two worker processes (`taskledger start`, every worker
+ * role including cleanup) run against the test database; the test process
+ * kills all of their connections from the server side every ~0.5 s
+ * (`pg_terminate_backend` of their application_name on PostgreSQL, `KILL
+ * CONNECTION` of their dedicated user on MySQL/MariaDB). Producers create
+ * tasks over REST with external IDs and ask again whenever an answer is lost
+ * (503 or a dropped response), and once more afterwards as if the answer had
+ * been lost. A quarter of the creations link a pull request the provider
+ * does not know (404), so their creations abort and compensate while the
+ * killing goes on.
  *
  * Then: no fleet process died; each external ID of a good creation has one
  * task and one completed operation, and the answer the producer got names
@@ -31,6 +33,7 @@ import {
   describeChild,
   exited,
   registeredWorktrees,
+  ROLES,
   spawnWorker,
   startCrashWorld,
   stopCrashWorld,
@@ -146,8 +149,8 @@ describe('the database server killing every fleet connection in a loop', () => {
       };
       const children: BenchChild[] = [
         spawnWorker(world, 'api', { leaseMs: LEASE_MS, sweepMs: SWEEP_MS, roles: ['api'], env }),
-        spawnWorker(world, 'worker-1', { leaseMs: LEASE_MS, sweepMs: SWEEP_MS, env }),
-        spawnWorker(world, 'worker-2', { leaseMs: LEASE_MS, sweepMs: SWEEP_MS, env }),
+        spawnWorker(world, 'worker-1', { leaseMs: LEASE_MS, sweepMs: SWEEP_MS, roles: [...ROLES, 'cleanup'], env }),
+        spawnWorker(world, 'worker-2', { leaseMs: LEASE_MS, sweepMs: SWEEP_MS, roles: [...ROLES, 'cleanup'], env }),
       ];
       await Promise.all(children.map((c) => c.ready));
       const dump = async () => {

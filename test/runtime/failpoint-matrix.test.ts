@@ -244,8 +244,8 @@ function expectedResolution(kind: StepKind, name: FailpointName): 'succeeded' | 
   if (name === 'after_step_claim_commit') return 'retry';
   // The provider comment exists before the record and the association row with it: proven present. The Git
   // worktree with this step's marker exists too, but its environment-repo row (part of the effect authority)
-  // is written only by the lost record: recorded effect absent, so the step retries and perform adopts the
-  // marked worktree (never a second `worktree add`).
+  // is written only by the lost record: recovery removes the untouched marked worktree, observes it absent,
+  // and the step retries (the retry adds it again).
   if (kind === 'remote_contribution_associate') return 'succeeded';
   // attachment_claim: the copies exist under the step's marker but the authority (the rows) is still exactly
   // staged: recovery removes the marked copies and releases the marker, then observes them absent -> retried
@@ -336,6 +336,14 @@ describe('every step kind crashing at each step failpoint recovers to one task.c
     const after = (await rowsOf(t.db, w.operationId)).find((r) => r.kind === kind)!;
     expect(after.state).toBe(want === 'retry' ? 'retry_wait' : kind === 'launch_intent' ? 'armed' : 'succeeded');
     expect(after.generation).toBeGreaterThan(crashed.generation);
+    if (name === 'after_effect_before_record' && kind === 'fresh_branch_prepare') {
+      // Recovery removed the unrecorded, untouched worktree before observing it absent: were the operation to
+      // abort now instead of retrying, nothing of this step would be left on disk without an owner.
+      const step = await loadStep(t.db, crashed.id);
+      const branch = (JSON.parse(step.request_json) as { branch: string }).branch;
+      expect(git(w.ws.repoPath, 'branch', '--list', branch)).toBe('');
+      expect(git(w.ws.repoPath, 'worktree', 'list', '--porcelain').match(/^worktree /gm)).toHaveLength(1);
+    }
 
     expect(await driveRunnable(t.db, w, null)).toBe(false);
     // A late duplicate of the crashed wake-up finds the step finished and changes nothing.

@@ -50,9 +50,11 @@ describe('attachment_claim ownership marker', () => {
     const s = await setup();
     const hb = watchingHeartbeat(s);
     expect(await attachmentClaimHandler.perform(s.deps, s.claim, hb.beat)).toBe('succeeded');
-    // Beat 1 is before anything; beat 2 follows the first copy: the marker was already there.
+    // Beat 1 is before anything; beat 2 renews the lease right before the first copy, with the marker
+    // committed; beat 3 follows the first copy: the marker was already there.
     expect(hb.seen[0]).toEqual({ copies: [], markers: 0 });
-    expect(hb.seen[1]).toEqual({ copies: [s.first], markers: 1 });
+    expect(hb.seen[1]).toEqual({ copies: [], markers: 1 });
+    expect(hb.seen[2]).toEqual({ copies: [s.first], markers: 1 });
     // Success hands the copies to the claimed rows (they name operation and step): no marker is left.
     expect(await s.markers()).toBe(0);
     const [step] = await sql<{ ownership_marker: string | null }>(
@@ -72,7 +74,7 @@ describe('a failing attachment_claim removes its copies before it records', () =
     const hb = watchingHeartbeat(s);
     expect(await attachmentClaimHandler.perform(s.deps, s.claim, hb.beat)).toBe('failed');
     // The first file had been copied (under the marker) before the second one failed.
-    expect(hb.seen[1]).toEqual({ copies: [s.first], markers: 1 });
+    expect(hb.seen[2]).toEqual({ copies: [s.first], markers: 1 });
     await expectNoCopies(s);
     const st = await stepState(t.db, s.claim.stepId);
     expect(st.error_code).toBe('content_changed');
