@@ -32,12 +32,13 @@ import {
   creationBody,
   describeChild,
   exited,
-  registeredWorktrees,
+  expectAbortedUndone,
+  expectDiskOwned,
+  ownersOf,
   ROLES,
   spawnWorker,
   startCrashWorld,
   stopCrashWorld,
-  taskBranches,
   type CrashWorld,
 } from './sigkill-support';
 import type { BenchChild } from '../../src/bench/processes';
@@ -305,18 +306,10 @@ describe('the database server killing every fleet connection in a loop', () => {
       }
 
       // --- aborted creations compensated; one task.created per completed task -----------------------------------
-      for (const op of ops.filter((o) => o.state === 'aborted')) {
-        const steps = await sql<{ kind: string; state: string; compensation_state: string }>(
-          t.db,
-          'SELECT kind, state, compensation_state FROM task_creation_steps WHERE operation_id = ?',
-          [op.id],
-        );
-        for (const s of steps) {
-          const undone = ['compensated', 'transferred'].includes(s.compensation_state);
-          const neverDone = ['failed', 'planned', 'retry_wait', 'cancelled'].includes(s.state);
-          expect(undone || neverDone, `aborted ${op.id} ${s.kind} ${s.state}/${s.compensation_state}`).toBe(true);
-        }
-      }
+      await expectAbortedUndone(
+        t.db,
+        ops.filter((o) => o.state === 'aborted').map((o) => o.id),
+      );
       const events = await sql<{ task_id: string; type: string }>(
         t.db,
         'SELECT task_id, type FROM event_outbox WHERE workspace_id = ?',
@@ -326,20 +319,6 @@ describe('the database server killing every fleet connection in a loop', () => {
       expect(events.map((e) => e.task_id).sort()).toEqual([...completed].sort());
 
       // --- nothing on disk without an owner ---------------------------------------------------------------------
-      const envRepos = await sql<{ task_id: string; worktree_path: string; branch: string }>(
-        t.db,
-        `SELECT e.task_id, r.worktree_path, r.branch FROM task_environment_repos r
-           JOIN task_environments e ON e.id = r.environment_id
-          WHERE r.workspace_id = ? AND r.worktree_path IS NOT NULL`,
-        [ws.workspaceId],
-      );
-      const cleanup = await sql<{ proof_json: string }>(
-        t.db,
-        'SELECT proof_json FROM task_resource_cleanup_jobs WHERE workspace_id = ?',
-        [ws.workspaceId],
-      );
-      const inCleanup = (s: string) => cleanup.some((c) => c.proof_json.includes(s));
-      const owned = envRepos.filter((r) => completed.has(r.task_id));
       const whose = async (path: string) => {
         const taskId = path.split('/').slice(-2)[0]!;
         const steps = await sql<Record<string, unknown>>(
@@ -348,16 +327,11 @@ describe('the database server killing every fleet connection in a loop', () => {
              FROM task_creation_steps s JOIN task_creation_operations o ON o.id = s.operation_id WHERE o.task_id = ?`,
           [taskId],
         );
-        return `task ${taskId}: ${JSON.stringify(steps)}\n${children.map(describeChild).join('\n')}`;
+        return `(task ${taskId}: ${JSON.stringify(steps)})\n${children.map(describeChild).join('\n')}`;
       };
-      for (const wt of registeredWorktrees(ws.repoPath)) {
-        const ownedWt = owned.some((r) => r.worktree_path === wt.path) || inCleanup(wt.path);
-        expect(ownedWt, ownedWt ? '' : `worktree ${wt.path}: ${await whose(wt.path)}`).toBe(true);
-      }
-      for (const b of taskBranches(ws.repoPath)) {
-        expect(owned.some((r) => r.branch === b) || inCleanup(b), `branch ${b}`).toBe(true);
-      }
-      expect(owned).toHaveLength(completed.size);
+      await expectDiskOwned(world, completed, whose);
+      const { envRepos } = await ownersOf(world);
+      expect(envRepos.filter((r) => completed.has(r.task_id))).toHaveLength(completed.size);
 
       // --- the ledger agrees with itself ------------------------------------------------------------------------
       const report = await verifyLedger(

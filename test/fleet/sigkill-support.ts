@@ -8,6 +8,7 @@
  * coordinator (`makeCreateTask`, Begin then wake-ups) in the test process.
  */
 import { execFileSync } from 'node:child_process';
+import { expect } from 'vitest';
 import { randomUUID } from 'node:crypto';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { spawnRoleProcess, type BenchChild } from '../../src/bench/processes';
@@ -186,4 +187,63 @@ export function taskBranches(repoPath: string): string[] {
 
 export function describeChild(child: BenchChild): string {
   return `${child.name} (pid ${child.pid}, exit ${child.process.exitCode ?? child.process.signalCode}):\n${child.tail.join('\n')}`;
+}
+
+/** Every step of each aborted operation: its effect undone (compensated or transferred) or never done. */
+export async function expectAbortedUndone(db: Db, operationIds: readonly string[]): Promise<void> {
+  for (const id of operationIds) {
+    const steps = await sql<{ kind: string; state: string; compensation_state: string }>(
+      db,
+      'SELECT kind, state, compensation_state FROM task_creation_steps WHERE operation_id = ?',
+      [id],
+    );
+    for (const s of steps) {
+      const undone = ['compensated', 'transferred'].includes(s.compensation_state);
+      const neverDone = ['failed', 'planned', 'retry_wait', 'cancelled'].includes(s.state);
+      expect(undone || neverDone, `aborted ${id} ${s.kind} ${s.state}/${s.compensation_state}`).toBe(true);
+    }
+  }
+}
+
+export interface EnvRepoRow {
+  task_id: string;
+  worktree_path: string;
+  branch: string;
+}
+
+/** The world's owners of effects: environment-repo rows with a worktree, and whether a cleanup job's proof names a resource. */
+export async function ownersOf(w: CrashWorld): Promise<{ envRepos: EnvRepoRow[]; inCleanup: (s: string) => boolean }> {
+  const envRepos = await sql<EnvRepoRow>(
+    w.db,
+    `SELECT e.task_id, r.worktree_path, r.branch FROM task_environment_repos r
+       JOIN task_environments e ON e.id = r.environment_id
+      WHERE r.workspace_id = ? AND r.worktree_path IS NOT NULL`,
+    [w.ws.workspaceId],
+  );
+  const cleanup = await sql<{ proof_json: string }>(
+    w.db,
+    'SELECT proof_json FROM task_resource_cleanup_jobs WHERE workspace_id = ?',
+    [w.ws.workspaceId],
+  );
+  return { envRepos, inCleanup: (s: string) => cleanup.some((c) => c.proof_json.includes(s)) };
+}
+
+/**
+ * Worktrees and branches on disk: each belongs to a completed task's environment-repo row or to a cleanup job.
+ * `explain` adds what is known about an unowned worktree to the failure.
+ */
+export async function expectDiskOwned(
+  w: CrashWorld,
+  completedTasks: ReadonlySet<string>,
+  explain: (path: string) => Promise<string> = async () => '',
+): Promise<void> {
+  const { envRepos, inCleanup } = await ownersOf(w);
+  const owned = envRepos.filter((r) => completedTasks.has(r.task_id));
+  for (const wt of registeredWorktrees(w.ws.repoPath)) {
+    const ok = owned.some((r) => r.worktree_path === wt.path) || inCleanup(wt.path);
+    expect(ok, ok ? '' : `worktree ${wt.path} has no owner ${await explain(wt.path)}`).toBe(true);
+  }
+  for (const b of taskBranches(w.ws.repoPath)) {
+    expect(owned.some((r) => r.branch === b) || inCleanup(b), `branch ${b} has an owner`).toBe(true);
+  }
 }

@@ -30,7 +30,10 @@ import {
   creationBody,
   describeChild,
   exitOf,
+  expectAbortedUndone,
+  expectDiskOwned,
   flushPrefix,
+  ownersOf,
   prNumber,
   registeredWorktrees,
   sigkill,
@@ -38,7 +41,6 @@ import {
   spawnWorker,
   startCrashWorld,
   stopCrashWorld,
-  taskBranches,
   type CrashWorld,
 } from './sigkill-support';
 
@@ -258,18 +260,10 @@ describe('SIGKILLed and crashed worker processes', () => {
       const opOfTask = new Map(ops.map((o) => [o.task_id, o.id]));
 
       // Aborted: every effect compensated or transferred (none left owned by a live step).
-      for (const op of aborted) {
-        const steps = await sql<{ kind: string; state: string; compensation_state: string }>(
-          t.db,
-          'SELECT kind, state, compensation_state FROM task_creation_steps WHERE operation_id = ?',
-          [op.id],
-        );
-        for (const s of steps) {
-          const undone = ['compensated', 'transferred'].includes(s.compensation_state);
-          const neverDone = ['failed', 'planned', 'retry_wait', 'cancelled'].includes(s.state);
-          expect(undone || neverDone, `aborted ${op.id} ${s.kind} ${s.state}/${s.compensation_state}`).toBe(true);
-        }
-      }
+      await expectAbortedUndone(
+        t.db,
+        aborted.map((o) => o.id),
+      );
 
       // Exactly one task.created per completed task, none for an aborted one, no other event.
       const events = await sql<{ task_id: string; type: string; event_id: string; created_at: Date }>(
@@ -302,27 +296,8 @@ describe('SIGKILLed and crashed worker processes', () => {
       expect(steps.some((s) => Number(s.generation) > 1)).toBe(true);
 
       // Worktrees and branches on disk: each belongs to a completed task's environment-repo row or a cleanup job.
-      const envRepos = await sql<{ task_id: string; worktree_path: string; branch: string; base_commit: string }>(
-        t.db,
-        `SELECT e.task_id, r.worktree_path, r.branch, r.base_commit FROM task_environment_repos r
-         JOIN task_environments e ON e.id = r.environment_id
-        WHERE r.workspace_id = ? AND r.worktree_path IS NOT NULL`,
-        [ws.workspaceId],
-      );
-      const cleanup = await sql<{ proof_json: string }>(
-        t.db,
-        'SELECT proof_json FROM task_resource_cleanup_jobs WHERE workspace_id = ?',
-        [ws.workspaceId],
-      );
-      const inCleanup = (s: string) => cleanup.some((c) => c.proof_json.includes(s));
-      const ownedPaths = new Set(envRepos.filter((r) => completedTasks.has(r.task_id)).map((r) => r.worktree_path));
-      const ownedBranches = new Set(envRepos.filter((r) => completedTasks.has(r.task_id)).map((r) => r.branch));
-      for (const wt of registeredWorktrees(ws.repoPath)) {
-        expect(ownedPaths.has(wt.path) || inCleanup(wt.path), `worktree ${wt.path} has an owner`).toBe(true);
-      }
-      for (const b of taskBranches(ws.repoPath)) {
-        expect(ownedBranches.has(b) || inCleanup(b), `branch ${b} has an owner`).toBe(true);
-      }
+      await expectDiskOwned(world, completedTasks);
+      const { envRepos, inCleanup } = await ownersOf(world);
       // ...and the ledger matches the disk: each completed task's worktree exists, registered on its branch.
       const registered = registeredWorktrees(ws.repoPath);
       for (const r of envRepos.filter((x) => completedTasks.has(x.task_id))) {
