@@ -21,10 +21,11 @@ import Ajv from 'ajv';
 import { UnrecoverableError, type Job } from 'bullmq';
 import type { AdmissionJob } from '../../queues/names';
 import type { CreateTaskFn } from '../coordinator/create-task';
-import { readRows, type Db } from '../db/tx';
+import type { Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { Principal } from '../store/types';
+import { principalForTokenId as tokenPrincipal } from '../store/actor';
 import { isUuid } from './auth';
 import { createTaskCommand } from './commands/create';
 import { waitMsSchema } from './commands/schemas';
@@ -47,26 +48,9 @@ const validateJob = jobAjv.compile(
   closed({ tokenId: { type: 'string' }, body: {}, waitMs: waitMsRange }, ['tokenId', 'body']),
 );
 
-/** The principal of an API token row (not its secret: a producer names its token by ID); null when unknown or revoked. */
+/** The principal of an API token (named by its ID, not its secret); null when unknown, revoked or not an ID. */
 export async function principalForTokenId(db: Db, tokenId: string): Promise<Principal | null> {
-  if (!isUuid(tokenId)) return null;
-  const rows = await readRows<{
-    id: string;
-    workspace_id: string | null;
-    principal_id: string;
-    role: string;
-    revision: number;
-    revoked_at: Date | null;
-  }>(db, 'SELECT id, workspace_id, principal_id, role, revision, revoked_at FROM api_tokens WHERE id = ?', [tokenId]);
-  const r = rows[0];
-  if (!r || r.revoked_at !== null) return null;
-  return {
-    variant: 'api_principal',
-    principal_id: r.principal_id,
-    authority_id: r.id,
-    authority_revision: Number(r.revision),
-    workspace_id: r.role === 'operator' ? null : r.workspace_id,
-  };
+  return isUuid(tokenId) ? tokenPrincipal(db, tokenId) : null;
 }
 
 function refuse(body: Record<string, unknown>): UnrecoverableError {

@@ -392,7 +392,7 @@ export async function runTransaction<T>(
       await tx?.close();
       if (isConnectionLost(err)) {
         countConnectionLoss();
-        discardConnection(qr, db.dialect);
+        discardConnection(qr, db.dialect, err);
         if (committing) {
           throw new TaskLedgerError(
             'commit_outcome_unknown',
@@ -445,16 +445,19 @@ function backoff(baseMs: number, capMs: number, n: number): number {
 }
 
 /**
- * Keeps a dead connection out of the pool. mysql2 may hand a pooled
- * connection out again before it notices the server closed it, so it is
- * destroyed here; pg's pool already drops a client whose socket failed
- * (TypeORM releases it with the error).
+ * Keeps a dead connection out of the pool, so no later query (of any caller) is handed it. mysql2 may hand a
+ * pooled connection out again before it notices the server closed it, so it is destroyed. A pg client can
+ * reach the pool before its socket reports the kill, so TypeORM releases it with the error, which makes
+ * pg-pool drop it (the runner's own `release()` is then a no-op).
  */
-function discardConnection(qr: QueryRunner, dialect: Dialect): void {
-  if (dialect !== 'mysql') return;
-  const conn = (qr as unknown as { databaseConnection?: { destroy?: () => void } }).databaseConnection;
+function discardConnection(qr: QueryRunner, dialect: Dialect, err: unknown): void {
   try {
-    conn?.destroy?.();
+    if (dialect === 'mysql') {
+      (qr as unknown as { databaseConnection?: { destroy?: () => void } }).databaseConnection?.destroy?.();
+      return;
+    }
+    const pgQr = qr as unknown as { releasePostgresConnection?: (e: unknown) => Promise<void> };
+    void pgQr.releasePostgresConnection?.(err).catch(() => undefined);
   } catch {
     // Already gone.
   }
@@ -498,7 +501,7 @@ async function readOnce<T>(db: Db, sql: string, params: SqlParam[]): Promise<T[]
     await ensureSession(qr, db.dialect);
     return (await qr.query(toDialectSql(db.dialect, sql), params)) as T[];
   } catch (err) {
-    if (isConnectionLost(err)) discardConnection(qr, db.dialect);
+    if (isConnectionLost(err)) discardConnection(qr, db.dialect, err);
     throw err;
   } finally {
     await qr.release();

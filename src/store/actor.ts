@@ -24,14 +24,10 @@ interface TokenRow {
   revoked_at: Date | null;
 }
 
-/** Resolves a bearer token (only its SHA-256 is stored) to a Principal, or null. */
-export async function authenticateToken(db: Db, token: string): Promise<Principal | null> {
-  const rows = await readRows<TokenRow>(
-    db,
-    'SELECT id, workspace_id, principal_id, role, revision, revoked_at FROM api_tokens WHERE token_sha256 = ?',
-    [tokenSha256(token)],
-  );
-  const row = rows[0];
+const TOKEN_COLUMNS = 'id, workspace_id, principal_id, role, revision, revoked_at';
+
+/** The Principal of a token row, or null when there is none or it is revoked. */
+function principalOfRow(row: TokenRow | undefined): Principal | null {
   if (!row || row.revoked_at !== null) return null;
   return {
     variant: 'api_principal',
@@ -40,6 +36,23 @@ export async function authenticateToken(db: Db, token: string): Promise<Principa
     authority_revision: Number(row.revision),
     workspace_id: row.role === 'operator' ? null : row.workspace_id,
   };
+}
+
+/** Resolves a bearer token (only its SHA-256 is stored) to a Principal, or null. */
+export async function authenticateToken(db: Db, token: string): Promise<Principal | null> {
+  const rows = await readRows<TokenRow>(db, `SELECT ${TOKEN_COLUMNS} FROM api_tokens WHERE token_sha256 = ?`, [
+    tokenSha256(token),
+  ]);
+  return principalOfRow(rows[0]);
+}
+
+/**
+ * Resolves a token by its ID (a producer on the admission queue names its token, never its secret) to a
+ * Principal, or null when unknown or revoked. The caller checks the ID's shape first.
+ */
+export async function principalForTokenId(db: Db, tokenId: string): Promise<Principal | null> {
+  const rows = await readRows<TokenRow>(db, `SELECT ${TOKEN_COLUMNS} FROM api_tokens WHERE id = ?`, [tokenId]);
+  return principalOfRow(rows[0]);
 }
 
 /** True when the principal may act on this workspace (checked before anything is read about it). */

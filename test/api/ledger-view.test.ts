@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log';
-import { createProviderRegistry } from '../../src/providers/registry';
+import { realDeps } from '../compensation/support';
 import { recoverOperation } from '../../src/runtime/recover';
 import { defaultStepHandlers } from '../../src/steps';
 import { expireTaskCreationLeases } from '../../src/store/lease-expiry';
@@ -200,13 +200,7 @@ describe('ledger view in a real browser', () => {
     // Meanwhile the reaper's recovery completes it.
     const reaper = await recoverOperation(
       {
-        effects: {
-          db: t.db,
-          dataDir: ws.dataDir,
-          providers: createProviderRegistry({ timeoutMs: 3000 }),
-          log: silentLogger(),
-          timeoutMs: 3000,
-        },
+        effects: realDeps(t.db, ws.dataDir),
         handlers: defaultStepHandlers,
         queues: null,
         log: silentLogger(),

@@ -61,6 +61,28 @@ async function rowsWithId(id: string): Promise<number> {
   return Number(row!.n);
 }
 
+/**
+ * Inserts `id` in a transaction whose own connection is killed on every run, right after the insert; the
+ * transaction's next step is then COMMIT (`'commit'`) or one more statement (`'statement'`).
+ */
+async function insertKillingEveryRun(
+  id: string,
+  next: 'commit' | 'statement',
+): Promise<{ err: unknown; runs: number }> {
+  let runs = 0;
+  const err = await runTransaction(t.db, 'ProbeInsert', async (tx) => {
+    runs++;
+    const own = await ownConnectionId(tx);
+    await tx.exec(`INSERT INTO ${TABLE} (id) VALUES (?)`, [id]);
+    await killConnection(own);
+    if (next === 'statement') await tx.rows('SELECT 1 AS one');
+  }).then(
+    () => null,
+    (e: unknown) => e,
+  );
+  return { err, runs };
+}
+
 describe('a transaction whose connection the server kills', () => {
   it('restarts on a new connection when killed before COMMIT, and commits exactly once', async () => {
     const id = `before-commit-${Date.now()}`;
@@ -84,16 +106,7 @@ describe('a transaction whose connection the server kills', () => {
 
   it('answers commit_outcome_unknown when the connection dies with COMMIT next, and does not run again', async () => {
     const id = `at-commit-${Date.now()}`;
-    let runs = 0;
-    const err = await runTransaction(t.db, 'ProbeInsert', async (tx) => {
-      runs++;
-      const own = await ownConnectionId(tx);
-      await tx.exec(`INSERT INTO ${TABLE} (id) VALUES (?)`, [id]);
-      await killConnection(own);
-    }).then(
-      () => null,
-      (e: unknown) => e,
-    );
+    const { err, runs } = await insertKillingEveryRun(id, 'commit');
     expect(err).toBeInstanceOf(TaskLedgerError);
     expect((err as TaskLedgerError).code).toBe('commit_outcome_unknown');
     expect(runs).toBe(1);
@@ -103,17 +116,7 @@ describe('a transaction whose connection the server kills', () => {
 
   it('gives up with database_unavailable after a bounded number of lost connections, having written nothing', async () => {
     const id = `always-killed-${Date.now()}`;
-    let runs = 0;
-    const err = await runTransaction(t.db, 'ProbeInsert', async (tx) => {
-      runs++;
-      const own = await ownConnectionId(tx);
-      await tx.exec(`INSERT INTO ${TABLE} (id) VALUES (?)`, [id]);
-      await killConnection(own);
-      await tx.rows('SELECT 1 AS one');
-    }).then(
-      () => null,
-      (e: unknown) => e,
-    );
+    const { err, runs } = await insertKillingEveryRun(id, 'statement');
     expect((err as TaskLedgerError).code).toBe('database_unavailable');
     expect(runs).toBeGreaterThan(2);
     expect(runs).toBeLessThanOrEqual(10);
