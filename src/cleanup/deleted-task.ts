@@ -22,18 +22,18 @@
  *   compensation transfer (rows; the marker comment deleted).
  */
 import type { CleanupProof } from '../compensation/cleanup-proof';
-import { removeFile } from '../compensation/attachment-claim';
-import { gitMessage, inspectWorktree, nothingThere } from '../compensation/git-worktree';
+import { removeFile } from '../kinds/attachment-claim/compensation';
+import { gitMessage, inspectWorktree, nothingThere } from '../kinds/fresh-branch-prepare/git-worktree';
 import { nowSql } from '../db/dialect';
 import { readRows } from '../db/tx';
 import type { Executor } from '../launch/executor';
-import { isGitRepository, runGit } from '../steps/git';
-import type { EffectDeps } from '../steps/types';
+import { isGitRepository, runGit } from '../git/cli';
+import type { EffectDeps } from '../kinds/contract';
 import { runtimeExists } from '../store/effects/row-documents';
 import { txReader } from '../store/effects/row-locks';
-import { runtimeLock } from '../compensation/session-prepare';
+import { runtimeLock } from '../kinds/session-prepare/compensation';
 import type { CleanupJobClaim } from '../store/cleanup-jobs';
-import { cleanAssociation } from './association';
+import { cleanAssociation } from '../kinds/remote-contribution-associate/cleanup';
 import { elsewhereDecision, retryDecision, rowsDecision, unknownDecision, type CleanupDecision } from './decision';
 
 export interface DeletionCleanupDeps extends EffectDeps {

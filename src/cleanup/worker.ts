@@ -23,11 +23,11 @@ import { claimCleanupJob, findDueCleanupJobs, finishCleanupJob, type CleanupJobC
 import { runtimeExists } from '../store/effects/row-documents';
 import { txReader } from '../store/effects/row-locks';
 import { parseCleanupProof, type CleanupProof } from '../compensation/cleanup-proof';
-import { runtimeLock } from '../compensation/session-prepare';
-import { cleanAssociation } from './association';
-import { cleanAttachments } from './attachments';
+import { runtimeLock } from '../kinds/session-prepare/compensation';
+import { cleanAssociation } from '../kinds/remote-contribution-associate/cleanup';
+import { cleanAttachments } from '../kinds/attachment-claim/cleanup';
 import { rowsDecision, unknownDecision, type CleanupDecision } from './decision';
-import { cleanWorktree } from './worktree';
+import { cleanWorktree } from '../kinds/fresh-branch-prepare/cleanup';
 import { decideDeletion, type DeletionCleanupDeps } from './deleted-task';
 import { DELETION_REASONS } from '../lifecycle/deletion-jobs';
 

@@ -10,7 +10,7 @@
 import { parseArgs } from 'node:util';
 import { createLogger } from '../log';
 import { createProviderRegistry } from '../providers/registry';
-import { defaultStepHandlers } from '../steps';
+import { defaultStepHandlers } from '../kinds/registry';
 import { DRIFT_CODES, type Drift, type VerifyReport } from '../verify/drift';
 import { verifyLedger } from '../verify/run';
 import { withCliDb } from './cli-db';

@@ -5,12 +5,12 @@
  * workspace deletion cancels one (`workspace_deleted`, `absent_proven`).
  */
 import type { StepKind } from '../domain/vocab';
-import { undoAttachmentClaim } from './attachment-claim';
-import { undoFreshBranchPrepare } from './fresh-branch-prepare';
-import { undoRemoteContribution } from './remote-contribution-associate';
-import { undoSessionPrepare } from './session-prepare';
+import { undoAttachmentClaim } from '../kinds/attachment-claim/compensation';
+import { undoFreshBranchPrepare } from '../kinds/fresh-branch-prepare/compensation';
+import { undoRemoteContribution } from '../kinds/remote-contribution-associate/compensation';
+import { undoSessionPrepare } from '../kinds/session-prepare/compensation';
 import type { CompensationUndo } from './types';
-import { undoWorkspaceAttachment } from './workspace-attachment';
+import { undoWorkspaceAttachment } from '../kinds/workspace-attachment/compensation';
 
 export const COMPENSATION_UNDOS: Readonly<Record<Exclude<StepKind, 'launch_intent'>, CompensationUndo>> = {
   workspace_attachment: undoWorkspaceAttachment,

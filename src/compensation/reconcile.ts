@@ -15,7 +15,7 @@ import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { claimUnknownCompensation } from '../store/compensation';
 import type { CompensationClaim, OperationAuthority } from '../store/types';
-import type { EffectDeps } from '../steps/types';
+import type { EffectDeps } from '../kinds/contract';
 import { emptyReport, runClaimedUndo, type CompensationRunReport } from './run';
 
 export async function reconcileUnknownCompensation(

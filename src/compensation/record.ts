@@ -34,7 +34,7 @@ import {
 import type { ObservedRow } from '../store/effects/recording';
 import { takeLocks, type LockNeed } from '../store/effects/row-locks';
 import type { CompensationClaim } from '../store/types';
-import type { EffectDeps } from '../steps/types';
+import type { EffectDeps } from '../kinds/contract';
 import { cleanupProofOf } from './cleanup-proof';
 
 export interface RowsUndo {

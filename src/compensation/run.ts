@@ -2,7 +2,7 @@
  * Runs an operation's pending compensations (`required`, or `retry_wait`
  * that is due by the database clock): claims each through
  * ClaimTaskCreationCompensation (a fenced `-> running` with a lease), runs
- * the kind's undo (src/compensation/<kind>.ts) — its I/O outside any
+ * the kind's undo (src/kinds/<kind>/compensation.ts) — its I/O outside any
  * transaction — and the undo records `compensated|transferred|unknown|
  * retry_wait` through the Store. Launch intents are never compensated.
  *
@@ -19,7 +19,7 @@ import { claimTaskCreationCompensation } from '../store/compensation';
 import { renewTaskCreationCompensationLease } from '../store/compensation-lease';
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import type { CompensationClaim, OperationAuthority } from '../store/types';
-import type { EffectDeps } from '../steps/types';
+import type { EffectDeps } from '../kinds/contract';
 import { undoOf } from './index';
 
 export interface CompensationRunReport {

@@ -11,6 +11,6 @@
  */
 import type { SettledCompensation } from '../store/compensation';
 import type { CompensationClaim } from '../store/types';
-import type { EffectDeps } from '../steps/types';
+import type { EffectDeps } from '../kinds/contract';
 
 export type CompensationUndo = (deps: EffectDeps, claim: CompensationClaim) => Promise<SettledCompensation>;

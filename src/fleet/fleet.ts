@@ -48,7 +48,7 @@ import { createProviderRegistry } from '../providers/registry';
 import { createRedis } from '../runtime/redis';
 import { sweepOnce } from '../runtime/reaper';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
-import { defaultStepHandlers } from '../steps/index';
+import { defaultStepHandlers } from '../kinds/registry';
 import { CONCURRENCY, type Role } from './roles';
 
 export interface FleetOptions {

@@ -31,14 +31,14 @@ import type {
   StepEvidence,
 } from '../canonical/types';
 import { cleanupProofOf, sortOwnedRows } from '../compensation/cleanup-proof';
-import { freshBranchOwnedRows } from '../compensation/fresh-branch-prepare';
+import { freshBranchOwnedRows } from '../kinds/fresh-branch-prepare/compensation';
 import { ownerOfClaim } from '../compensation/record';
-import { associationDetail, associationOwnedRows } from '../compensation/remote-contribution-associate';
-import { sessionOwnedRows } from '../compensation/session-prepare';
-import { workspaceAttachmentOwnedRows } from '../compensation/workspace-attachment';
+import { associationDetail, associationOwnedRows } from '../kinds/remote-contribution-associate/compensation';
+import { sessionOwnedRows } from '../kinds/session-prepare/compensation';
+import { workspaceAttachmentOwnedRows } from '../kinds/workspace-attachment/compensation';
 import type { Tx } from '../db/tx';
 import { ownerHost } from '../launch/executor';
-import { markerFileText } from '../steps/fresh-branch-prepare';
+import { markerFileText } from '../kinds/fresh-branch-prepare/step';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../storage/paths';
 import { currentRowHash, type OwnedRow } from '../store/effects/compensate-owned-rows';
 import { readAttachment } from '../store/effects/row-documents';

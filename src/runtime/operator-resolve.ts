@@ -22,8 +22,8 @@
 import { readRows } from '../db/tx';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
-import type { StepHandlers } from '../steps';
-import type { EffectDeps, StepHandler } from '../steps/types';
+import type { StepHandlers } from '../kinds/registry';
+import type { EffectDeps, StepHandler } from '../kinds/contract';
 import { resolveTaskCreationStep } from '../store/step-results';
 import { normalizeStep, STEP_COLUMNS } from '../store/step-rows';
 import type { StepRow } from '../store/types';

@@ -25,7 +25,7 @@
 import { reconcileUnknownCompensation } from '../compensation/reconcile';
 import { readRows } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
-import type { StepHandler } from '../steps/types';
+import type { StepHandler } from '../kinds/contract';
 import type { RecoveryClaim } from '../store/recovery';
 import { resolveTaskCreationStep } from '../store/step-results';
 import { noteUnresolvedStep, type UnresolvedVerdict } from '../store/step-notes';

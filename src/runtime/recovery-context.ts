@@ -8,8 +8,8 @@
 import type { QueueSet } from '../coordinator/queues';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
-import type { StepHandlers } from '../steps/index';
-import type { EffectDeps } from '../steps/types';
+import type { StepHandlers } from '../kinds/registry';
+import type { EffectDeps } from '../kinds/contract';
 import type { RecoveryClaim } from '../store/recovery';
 import type { OperationAuthority } from '../store/types';
 

@@ -21,7 +21,7 @@ import { bool, type Tx } from '../db/tx';
 import { verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
 import { storedEvidenceOf } from './evidence-memo';
 // Registers the remote-contribution verifier (its module owns the row document).
-import './effects/remote-contribution';
+import '../kinds/remote-contribution-associate/ledger';
 import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
 import type { StepRow } from './types';
 

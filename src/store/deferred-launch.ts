@@ -25,8 +25,8 @@ import { evidenceHash, idempotencyKey, stepRequestHash } from '../canonical/hash
 import type { StepEvidence } from '../canonical/types';
 import { runTransaction, type Db } from '../db/tx';
 import { promotedSteps } from '../plan/session-launch';
-import { armedIntentEvidence } from './effects/launch-intent';
-import { materializeSessionLocked, sessionPrepareEvidence } from './effects/session-prepare';
+import { armedIntentEvidence } from '../kinds/launch-intent/ledger';
+import { materializeSessionLocked, sessionPrepareEvidence } from '../kinds/session-prepare/ledger';
 import { guardOperationLocked, lockTaskChainLocked } from './operation-guard';
 import { lockStepsLocked, verifyStepSet } from './step-rows';
 import type { StepClaim } from './types';

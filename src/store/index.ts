@@ -17,11 +17,11 @@ export { completeTaskCreation, completeTaskCreationPhaseA, completeTaskCreationP
 export { abortTaskCreation, type AbortResult } from './abort';
 export { authenticateToken, tokenSha256, actorDocumentFor } from './actor';
 export { findByExternalId, getTaskView } from './task-view';
-export { applyWorkspaceAttachment } from './effects/workspace-attachment';
-export { applyAttachmentClaim, type AttachmentFileProblem } from './effects/attachment-claim';
-export { applySessionPrepare } from './effects/session-prepare';
-export { armExactLaunchIntent } from './effects/launch-intent';
-export { persistWorktreeMarker, recordFreshBranch, type FreshBranchProof } from './effects/fresh-branch';
+export { applyWorkspaceAttachment } from '../kinds/workspace-attachment/ledger';
+export { applyAttachmentClaim, type AttachmentFileProblem } from '../kinds/attachment-claim/ledger';
+export { applySessionPrepare } from '../kinds/session-prepare/ledger';
+export { armExactLaunchIntent } from '../kinds/launch-intent/ledger';
+export { persistWorktreeMarker, recordFreshBranch, type FreshBranchProof } from '../kinds/fresh-branch-prepare/ledger';
 export { registerEffectVerifier, verifyEffectRowsLocked, type EffectVerifier } from './effects/verify';
 export type { EffectObservation, EffectOutcome } from './effects/recording';
 export type * from './types';

@@ -19,8 +19,8 @@
  * Runs outside any transaction (Git and provider calls are I/O).
  */
 import { readRows } from '../db/tx';
-import type { StepHandlers } from '../steps';
-import type { EffectDeps } from '../steps/types';
+import type { StepHandlers } from '../kinds/registry';
+import type { EffectDeps } from '../kinds/contract';
 import type { Drift } from './drift';
 import type { OperationRecord, VerifyStepRow } from './ledger-page';
 

@@ -8,16 +8,16 @@
  * dispatch claims and cleanup jobs whose operation row is missing, and a
  * lifecycle pass (verify/lifecycle.ts) checks WIP slots and queues, launch
  * counts, deleted tasks and workspace deletions; with observation, an
- * attachment pass (verify/attachments.ts) looks at attachment files.
+ * attachment pass (kinds/attachment-claim/verify.ts) looks at attachment files.
  */
 import type { Db } from '../db/tx';
-import type { StepHandlers } from '../steps';
-import type { EffectDeps } from '../steps/types';
+import type { StepHandlers } from '../kinds/registry';
+import type { EffectDeps } from '../kinds/contract';
 import { checkOperation } from './checks';
 import type { Drift, VerifyCounts, VerifyReport } from './drift';
 import { readLedgerPage } from './ledger-page';
 import { observeOperation } from './observe';
-import { checkAttachmentFiles } from './attachments';
+import { checkAttachmentFiles } from '../kinds/attachment-claim/verify';
 import { checkLifecycle } from './lifecycle';
 import { findOrphans } from './orphans';
 

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/log';
 import { realDeps } from '../compensation/support';
 import { recoverOperation } from '../../src/runtime/recover';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { expireTaskCreationLeases } from '../../src/store/lease-expiry';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { OperationAuthority } from '../../src/store/types';

@@ -10,7 +10,7 @@ import { payloadHash } from '../../src/canonical/hash';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { failTaskCreationStep } from '../../src/store/step-results';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { sql, useTestDb } from '../support/db';

@@ -24,7 +24,7 @@
  */
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { verifyLedger } from '../../src/verify/run';
 import { realDeps } from '../compensation/support';
 import { sql, useTestDb } from '../support/db';

@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FAILPOINT_EXIT_CODE } from '../../src/failpoints';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { readWorkspaceDeletion, requestWorkspaceDeletion } from '../../src/store/workspace-deletion';
 import { verifyLedger } from '../../src/verify/run';
 import { realDeps } from '../compensation/support';

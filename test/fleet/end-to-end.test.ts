@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { LAUNCH_QUEUE } from '../../queues/names';
 import { processStepJob } from '../../src/coordinator/step-worker';
-import { defaultStepHandlers } from '../../src/steps/index';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { count, sql, useTestDb } from '../support/db';
 import { useWorld, waitFor, type FleetWorld } from './support';
 

@@ -27,7 +27,7 @@ import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { MAX_LAUNCH_ATTEMPTS, recoverLaunchDispatches } from '../../src/runtime/dispatch-recovery';
 import { sweepOnce } from '../../src/runtime/reaper';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { dispatchIdempotencyKey } from '../../src/store/launch-dispatch';

@@ -16,7 +16,7 @@ import { QueueSet } from '../../src/coordinator/queues';
 import { silentLogger } from '../../src/log';
 import { processOutboxJob, type OutboxEvent } from '../../src/outbox/dispatcher';
 import { createRedis } from '../../src/runtime/redis';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { markTaskDone } from '../../src/store/task-done';
 import { verifyLedger } from '../../src/verify/run';

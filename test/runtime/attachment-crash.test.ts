@@ -10,7 +10,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
-import { attachmentClaimHandler } from '../../src/steps/attachment-claim';
+import { attachmentClaimHandler } from '../../src/kinds/attachment-claim/step';
 import { sql, useTestDb } from '../support/db';
 import { noHeartbeat } from '../steps/support';
 import { attachmentCreation } from './attachment-support';

@@ -26,8 +26,8 @@ import { startFakeProviderServer, type FakeProviderServer } from '../../src/prov
 import { createProviderRegistry } from '../../src/providers/registry';
 import { sweepOnce, type ReaperDeps } from '../../src/runtime/reaper';
 import { createRedis } from '../../src/runtime/redis';
-import { defaultStepHandlers } from '../../src/steps/index';
-import type { EffectDeps, StepHandler } from '../../src/steps/types';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import type { EffectDeps, StepHandler } from '../../src/kinds/contract';
 import { claimedAttachmentPath } from '../../src/storage/paths';
 import type { Db } from '../../src/db/tx';
 import { count, sql, useTestDb } from '../support/db';

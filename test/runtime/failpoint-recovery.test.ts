@@ -8,7 +8,7 @@ import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { sweepOnce } from '../../src/runtime/reaper';
-import { defaultStepHandlers } from '../../src/steps/index';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { OperationAuthority } from '../../src/store/types';

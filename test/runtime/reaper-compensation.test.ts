@@ -18,7 +18,7 @@ import { startFakeProviderServer, type FakeProviderServer } from '../../src/prov
 import { sweepOnce } from '../../src/runtime/reaper';
 import type { StepKind } from '../../src/domain/vocab';
 import { claimedAttachmentPath } from '../../src/storage/paths';
-import { defaultStepHandlers } from '../../src/steps/index';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { count, sql, useTestDb } from '../support/db';
 import { compensation, failedCreation, seeded } from '../compensation/support';
 import { git } from '../steps/support';

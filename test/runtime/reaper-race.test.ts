@@ -10,7 +10,7 @@ import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { recoverOperation } from '../../src/runtime/recover';
 import { sweepOnce, type ReaperDeps } from '../../src/runtime/reaper';
-import { defaultStepHandlers } from '../../src/steps/index';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { failTaskCreationStep } from '../../src/store/step-results';
 import type { OperationAuthority } from '../../src/store/types';

@@ -10,7 +10,7 @@ import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { startFakeProviderServer, type FakeProviderServer } from '../../src/providers/fake-server';
 import { sweepOnce } from '../../src/runtime/reaper';
-import { defaultStepHandlers } from '../../src/steps/index';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { beginTaskCreation } from '../../src/store/begin';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { completeTaskCreationStep, failTaskCreationStep } from '../../src/store/step-results';

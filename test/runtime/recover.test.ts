@@ -24,8 +24,8 @@ import {
   type RecoverDeps,
 } from '../../src/runtime/recover';
 import { createRedis } from '../../src/runtime/redis';
-import { defaultStepHandlers } from '../../src/steps/index';
-import type { StepHandler } from '../../src/steps/types';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import type { StepHandler } from '../../src/kinds/contract';
 import { completeTaskCreation } from '../../src/store/complete';
 import { expireTaskCreationLeases } from '../../src/store/lease-expiry';
 import { claimTaskCreationRecovery, finishTaskCreationRecovery, recoveryActorDocument } from '../../src/store/recovery';

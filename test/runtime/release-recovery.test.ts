@@ -15,7 +15,7 @@ import { sweepOnce } from '../../src/runtime/reaper';
 import { recoverOperation } from '../../src/runtime/recover';
 import { findRecoveryCandidates } from '../../src/runtime/sweep';
 import { releaseExternalId } from '../../src/setup/release-external-id';
-import { defaultStepHandlers } from '../../src/steps/index';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';

@@ -10,9 +10,9 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { attachmentClaimHandler } from '../../src/steps/attachment-claim';
+import { attachmentClaimHandler } from '../../src/kinds/attachment-claim/step';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../../src/storage/paths';
-import { attachmentMarkerKey } from '../../src/store/effects/attachment-marker';
+import { attachmentMarkerKey } from '../../src/kinds/attachment-claim/marker';
 import { count, sql, useTestDb } from '../support/db';
 import { claimKind, createTask, noHeartbeat, seedWithFiles, stepState } from './support';
 

@@ -11,7 +11,7 @@ import { dirname } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { rowHash } from '../../src/canonical/hash';
 import { validateStepEvidence } from '../../src/canonical/validate';
-import { attachmentClaimHandler } from '../../src/steps/attachment-claim';
+import { attachmentClaimHandler } from '../../src/kinds/attachment-claim/step';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../../src/storage/paths';
 import { attachmentDoc } from '../../src/store/effects/row-documents';
 import { sql, useTestDb } from '../support/db';

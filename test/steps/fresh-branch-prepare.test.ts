@@ -18,8 +18,8 @@ import {
   markerFileText,
   plannedWorktreePath,
   WORKTREE_MARKER_FILE,
-} from '../../src/steps/fresh-branch-prepare';
-import { freshBranchObservation, persistWorktreeMarker } from '../../src/store/effects/fresh-branch';
+} from '../../src/kinds/fresh-branch-prepare/step';
+import { freshBranchObservation, persistWorktreeMarker } from '../../src/kinds/fresh-branch-prepare/ledger';
 import { resourceMarkerSha256 } from '../../src/store/effects/recording';
 import { environmentRepoDoc } from '../../src/store/effects/row-documents';
 import { claimTaskCreationStep } from '../../src/store/step-claims';

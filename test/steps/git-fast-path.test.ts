@@ -11,13 +11,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { makeGitRepo } from '../../src/bench/database';
-import { GitCommandError, repositoryPreflight, runGit } from '../../src/steps/git';
+import { GitCommandError, repositoryPreflight, runGit } from '../../src/git/cli';
 import {
   inspectLinkedWorktree,
   inspectWorktree,
   linkedGitDir,
   WORKTREE_MARKER_FILE,
-} from '../../src/steps/worktree-state';
+} from '../../src/kinds/fresh-branch-prepare/worktree-state';
 
 const T = 15_000;
 const git = (dir: string, ...args: string[]) =>

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { rowHash } from '../../src/canonical/hash';
 import { validateStepEvidence } from '../../src/canonical/validate';
-import { workspaceAttachmentHandler } from '../../src/steps/workspace-attachment';
+import { workspaceAttachmentHandler } from '../../src/kinds/workspace-attachment/step';
 import {
   blockerDoc,
   environmentBindingDoc,

@@ -19,7 +19,7 @@ import { processLaunchJob } from '../../src/launch/launch-worker';
 import { armFailpoint, disarmFailpoint } from '../../src/failpoints';
 import { silentLogger } from '../../src/log';
 import { deletionJobBuilder } from '../../src/lifecycle/deletion-jobs';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { deleteTask } from '../../src/store/task-delete';
 import type { OperationAuthority } from '../../src/store/types';

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { canonicalJson, parseCanonical } from '../../src/canonical/canonical-json';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { promoteDeferredLaunch } from '../../src/store/deferred-launch';
 import { markTaskDone } from '../../src/store/task-done';

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimedAttachmentPath, stagedAttachmentPath } from '../../src/storage/paths';
 import { abortTaskCreation } from '../../src/store/abort';
 import { failTaskCreationStep } from '../../src/store/step-results';

@@ -13,7 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { runPendingCompensations } from '../../src/compensation/run';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { abortTaskCreation } from '../../src/store/abort';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { OperationAuthority } from '../../src/store/types';

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { deletionJobBuilder } from '../../src/lifecycle/deletion-jobs';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { deleteTask } from '../../src/store/task-delete';
 import type { OperationAuthority } from '../../src/store/types';

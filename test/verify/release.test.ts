@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { armFailpoint, disarmAll } from '../../src/failpoints';
 import { releaseExternalId } from '../../src/setup/release-external-id';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { BeginResult } from '../../src/store/types';
 import type { VerifyReport } from '../../src/verify/drift';

@@ -10,7 +10,7 @@ import { rmSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { verifyCommand } from '../../src/cli/verify';
-import { defaultStepHandlers } from '../../src/steps';
+import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { BeginResult, OperationAuthority } from '../../src/store/types';
 import type { VerifyReport } from '../../src/verify/drift';

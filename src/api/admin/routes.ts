@@ -34,7 +34,7 @@ import { createProviderRegistry } from '../../providers/registry';
 import { recoverOperation } from '../../runtime/recover';
 import { resolveStepByOperator, type OperatorResolution } from '../../runtime/operator-resolve';
 import { findStuckOperations, type StuckOperation } from '../../runtime/stuck';
-import { defaultStepHandlers } from '../../steps';
+import { defaultStepHandlers } from '../../kinds/registry';
 import type { Principal } from '../../store/types';
 import { isOperator, isUuid, principalForToken } from '../auth';
 import type { ApiDeps } from '../deps';

@@ -22,7 +22,7 @@ import type { FastifyPluginCallback } from 'fastify';
 import { STEP_KINDS, type StepKind } from '../../domain/vocab';
 import { createProviderRegistry } from '../../providers/registry';
 import { resolveStepByOperator, type OperatorResolution } from '../../runtime/operator-resolve';
-import { defaultStepHandlers } from '../../steps';
+import { defaultStepHandlers } from '../../kinds/registry';
 import { isUuid, operatorOnly, principalOf, requireOperator } from '../auth';
 import { requestContext } from '../commands/context';
 import { listOperationsCommand, readOperationCommand } from '../commands/operation-commands';

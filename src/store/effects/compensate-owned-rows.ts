@@ -38,7 +38,7 @@ import {
   readSession,
   rowHash,
 } from './row-documents';
-import { associationDoc } from './remote-contribution-rows';
+import { associationDoc } from '../../kinds/remote-contribution-associate/rows';
 import { txReader, type LockNeed, type Reader } from './row-locks';
 
 export interface OwnedRow {

@@ -41,7 +41,7 @@ export interface EffectOutcome {
   code: string | null;
 }
 
-/** A worker's read-only view of one step's effect (mirrors `Observation` in src/steps/types.ts). */
+/** A worker's read-only view of one step's effect (mirrors `Observation` in src/kinds/contract.ts). */
 export interface EffectObservation {
   effect: 'present_exact' | 'absent_proven' | 'conflict';
   evidence: StepEvidence;

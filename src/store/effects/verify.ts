@@ -23,14 +23,14 @@ import type { StepEvidence } from '../../canonical/types';
 import type { StepKind } from '../../domain/vocab';
 import type { Tx } from '../../db/tx';
 import type { StepRow } from '../types';
-import { attachmentClaimLocks, verifyAttachmentClaimLocked } from './attachment-claim';
-import { freshBranchLocks, verifyFreshBranchLocked } from './fresh-branch';
-import { launchIntentLocks, verifyLaunchIntentLocked } from './launch-intent';
+import { attachmentClaimLocks, verifyAttachmentClaimLocked } from '../../kinds/attachment-claim/ledger';
+import { freshBranchLocks, verifyFreshBranchLocked } from '../../kinds/fresh-branch-prepare/ledger';
+import { launchIntentLocks, verifyLaunchIntentLocked } from '../../kinds/launch-intent/ledger';
 import { effectMismatch } from './recording';
 import { storedEvidenceOf } from '../evidence-memo';
 import { takeLocks, type LockNeed } from './row-locks';
-import { sessionPrepareLocks, verifySessionPrepareLocked } from './session-prepare';
-import { verifyWorkspaceAttachmentLocked, workspaceAttachmentLocks } from './workspace-attachment';
+import { sessionPrepareLocks, verifySessionPrepareLocked } from '../../kinds/session-prepare/ledger';
+import { verifyWorkspaceAttachmentLocked, workspaceAttachmentLocks } from '../../kinds/workspace-attachment/ledger';
 
 export type { LockNeed } from './row-locks';
 

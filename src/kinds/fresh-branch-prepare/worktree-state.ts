@@ -1,0 +1,162 @@
+/**
+ * What Git and the file system say about one planned worktree: its path, its
+ * registration, the branch, HEAD, the ownership marker file in the
+ * worktree's own git directory, and (on request) whether the checkout is
+ * clean. One inspection for the step (perform/observe), its compensation and
+ * the cleanup worker. I/O only: never call inside a SQL transaction.
+ *
+ * `inspectWorktree` asks Git everything (`worktree list` reads every linked
+ * worktree of the repository, so it grows with the repository); the hot path
+ * of a step that has just made its worktree uses `inspectLinkedWorktree`,
+ * which reads the same facts from that one worktree with one Git process.
+ */
+import { lstat, readFile, realpath } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import {
+  absoluteGitDir,
+  branchCommit,
+  currentBranch,
+  GitCommandError,
+  headCommit,
+  listWorktrees,
+  runGit,
+} from '../../git/cli';
+
+/** The ownership marker, in the worktree's own git directory (the agent's checkout stays untouched). */
+export const WORKTREE_MARKER_FILE = 'taskledger-owner.json';
+
+export interface WorktreeState {
+  pathExists: boolean;
+  registered: boolean;
+  /** Full ref of the registered worktree, e.g. `refs/heads/x`. */
+  registeredBranch: string | null;
+  /** The commit the planned branch points at, or null when it does not exist. */
+  branchAt: string | null;
+  head: string | null;
+  checkedOut: string | null;
+  gitDir: string | null;
+  markerText: string | null;
+  /** No modified, untracked or ignored file; null when not asked for or there is no live worktree. */
+  clean: boolean | null;
+}
+
+export async function pathExists(p: string): Promise<boolean> {
+  try {
+    await lstat(p);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+}
+
+/** `status --porcelain --ignored --untracked-files=all` is empty. */
+export async function isClean(path: string, timeoutMs: number): Promise<boolean> {
+  const out = await runGit(['-C', path, 'status', '--porcelain', '--ignored', '--untracked-files=all'], timeoutMs);
+  return out.trim() === '';
+}
+
+export async function inspectWorktree(
+  repo: string,
+  path: string,
+  branch: string,
+  timeoutMs: number,
+  options: { clean?: boolean } = {},
+): Promise<WorktreeState> {
+  const exists = await pathExists(path);
+  const real = exists ? await realpath(path) : path;
+  const entry = (await listWorktrees(repo, timeoutMs)).find((w) => w.path === path || w.path === real);
+  const live = entry !== undefined && exists;
+  const gitDir = live ? await absoluteGitDir(path, timeoutMs) : null;
+  return {
+    pathExists: exists,
+    registered: entry !== undefined,
+    registeredBranch: entry?.branch ?? null,
+    branchAt: await branchCommit(repo, branch, timeoutMs),
+    head: live ? await headCommit(path, timeoutMs) : null,
+    checkedOut: live ? await currentBranch(path, timeoutMs) : null,
+    gitDir,
+    markerText: gitDir ? await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) : null,
+    clean: live && options.clean === true ? await isClean(path, timeoutMs) : null,
+  };
+}
+
+/** No path, no registration, no branch. */
+export const nothingThere = (s: WorktreeState): boolean => !s.pathExists && !s.registered && s.branchAt === null;
+
+/**
+ * The same facts as `inspectWorktree` for a worktree expected at `path`, from one `git rev-parse` in the
+ * worktree and the small files Git itself keeps for it: registered = the worktree's administrative
+ * directory belongs to `repo`'s common directory and its `gitdir` file points back at `path` (what
+ * `worktree list` reads); the registered branch is that directory's HEAD. Null when the worktree cannot be
+ * read that way (no worktree there, the branch is missing, a detached or foreign layout): the caller then
+ * inspects in full, which also gives the evidence of what is there.
+ */
+export async function inspectLinkedWorktree(
+  repo: string,
+  path: string,
+  branch: string,
+  timeoutMs: number,
+): Promise<WorktreeState | null> {
+  let out: string;
+  try {
+    out = await runGit(
+      [
+        '-C',
+        path,
+        'rev-parse',
+        '--path-format=absolute',
+        '--git-common-dir',
+        '--absolute-git-dir',
+        'HEAD',
+        `refs/heads/${branch}^{commit}`,
+        '--symbolic-full-name',
+        'HEAD',
+      ],
+      timeoutMs,
+    );
+  } catch (err) {
+    if (err instanceof GitCommandError && !err.timedOut) return null;
+    throw err;
+  }
+  const [commonDir, gitDir, head, branchAt, checkedOut] = out.trim().split('\n');
+  if (!commonDir || !gitDir || !head || !branchAt || !checkedOut) return null;
+  const real = (p: string) => realpath(p).catch(() => null);
+  const [realRepo, realCommon, realGitDir, realPath] = await Promise.all([
+    real(repo),
+    real(commonDir),
+    real(gitDir),
+    real(path),
+  ]);
+  if (realRepo === null || realCommon === null || realGitDir === null || realPath === null) return null;
+  const ownsRepo = realCommon === realRepo || realCommon === join(realRepo, '.git');
+  const backLink = (await readFile(join(gitDir, 'gitdir'), 'utf8').catch(() => '')).trim();
+  const backTo = backLink === '' ? null : await real(resolve(gitDir, backLink, '..'));
+  const registered = ownsRepo && resolve(realGitDir, '..') === join(realCommon, 'worktrees') && backTo === realPath;
+  if (!registered) return null;
+  const ref = checkedOut === 'HEAD' ? null : checkedOut;
+  return {
+    pathExists: true,
+    registered,
+    registeredBranch: ref,
+    branchAt,
+    head,
+    checkedOut: ref,
+    gitDir,
+    markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null),
+    clean: null,
+  };
+}
+
+/**
+ * The administrative directory a linked worktree's `.git` file names (`gitdir: <dir>`), and the marker
+ * file's text there: read from the file system, no Git process. Null when `path/.git` is not such a file.
+ * What it says is proven afterwards by `inspectLinkedWorktree`.
+ */
+export async function linkedGitDir(path: string): Promise<{ gitDir: string; markerText: string | null } | null> {
+  const text = await readFile(join(path, '.git'), 'utf8').catch(() => null);
+  const m = text === null ? null : /^gitdir: (.+)$/m.exec(text);
+  if (!m) return null;
+  const gitDir = resolve(path, m[1]!.trim());
+  return { gitDir, markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) };
+}
