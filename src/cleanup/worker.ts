@@ -20,14 +20,9 @@
 import { cleanupProofHash } from '../canonical/hash';
 import { isTaskLedgerError } from '../domain/errors';
 import { claimCleanupJob, findDueCleanupJobs, finishCleanupJob, type CleanupJobClaim } from '../store/cleanup-jobs';
-import { runtimeExists } from '../store/effects/row-documents';
-import { txReader } from '../store/effects/row-locks';
 import { parseCleanupProof, type CleanupProof } from '../compensation/cleanup-proof';
-import { runtimeLock } from '../kinds/session-prepare/compensation';
-import { cleanAssociation } from '../kinds/remote-contribution-associate/cleanup';
-import { cleanAttachments } from '../kinds/attachment-claim/cleanup';
-import { rowsDecision, unknownDecision, type CleanupDecision } from './decision';
-import { cleanWorktree } from '../kinds/fresh-branch-prepare/cleanup';
+import { unknownDecision, type CleanupDecision } from './decision';
+import { kindModule } from '../kinds/registry';
 import { decideDeletion, type DeletionCleanupDeps } from './deleted-task';
 import { DELETION_REASONS } from '../lifecycle/deletion-jobs';
 
@@ -43,29 +38,9 @@ async function decide(deps: DeletionCleanupDeps, job: CleanupJobClaim, proof: Cl
   // A deleted task's effects, and any agent handed to cleanup (a deletion's, or one found before Complete), are
   // removed rather than restored.
   if (DELETION_REASONS.has(job.reason) || proof.kind === 'launch_dispatch') return decideDeletion(deps, job, proof);
-  switch (proof.kind) {
-    case 'fresh_branch_prepare':
-      return cleanWorktree(deps, job, proof);
-    case 'remote_contribution_associate':
-      return cleanAssociation(deps, proof);
-    case 'attachment_claim':
-      return cleanAttachments(deps, proof);
-    case 'workspace_attachment':
-      return rowsDecision('operation-owned rows');
-    case 'session_prepare': {
-      const sessionId = (proof.detail as { session_id?: unknown }).session_id;
-      if (typeof sessionId !== 'string') return unknownDecision('proof_invalid', 'the session proof names no session');
-      return {
-        kind: 'rows',
-        note: 'prepared session rows',
-        extraLocks: [runtimeLock(sessionId)],
-        blocked: async (tx) =>
-          (await runtimeExists(txReader(tx), sessionId)) ? 'a runtime exists for the session; stop it first' : null,
-      };
-    }
-    case 'launch_intent':
-      return unknownDecision('proof_invalid', `${proof.kind} is never transferred by compensation`);
-  }
+  const perform = kindModule(proof.kind).cleanup;
+  if (perform === null) return unknownDecision('proof_invalid', `${proof.kind} is never transferred by compensation`);
+  return perform(deps, job, proof);
 }
 
 function proofOf(job: CleanupJobClaim): CleanupProof | string {

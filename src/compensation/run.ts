@@ -20,7 +20,7 @@ import { renewTaskCreationCompensationLease } from '../store/compensation-lease'
 import { DEFAULT_LEASE_MS } from '../store/step-claims';
 import type { CompensationClaim, OperationAuthority } from '../store/types';
 import type { EffectDeps } from '../kinds/contract';
-import { undoOf } from './index';
+import { kindModule } from '../kinds/registry';
 
 export interface CompensationRunReport {
   compensated: number;
@@ -42,7 +42,7 @@ export async function runClaimedUndo(
   report: CompensationRunReport,
   leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<void> {
-  const undo = undoOf(claim.kind);
+  const undo = kindModule(claim.kind).undo;
   if (undo === null) throw new Error(`${claim.kind} is never compensated`);
   const log = deps.log.child({ operation_id: claim.operationId, step_id: claim.stepId, kind: claim.kind });
   // Why lease/3: two renewals can be lost before the lease expires (as for step claims). A long Git undo

@@ -1,9 +1,18 @@
 /**
- * The contract every step kind implements (one file per kind under
- * `src/steps/`). Handlers perform no untracked effect: they run only with a
- * live StepClaim, do their I/O outside any SQL transaction with the step's
- * idempotency key / ownership marker, and record the result only through
- * Store methods (compare-and-set on the claim).
+ * The step-kind contract: one folder per kind under `src/kinds/<kind>/`
+ * holds everything about that kind, and its `index.ts` exports one
+ * `StepKindModule` that `src/kinds/registry.ts` lists (one line per kind).
+ * The step worker and the reaper drive `perform` / `applyInClaim` /
+ * `observe` / `removeUnrecorded`; Complete drives `verifier`; compensation
+ * drives `undo`; the cleanup worker drives `cleanup`; `taskledger verify`
+ * drives `observe` and `verifyPass`.
+ *
+ * Handlers perform no untracked effect: they run only with a live StepClaim,
+ * do their I/O outside any SQL transaction with the step's idempotency key /
+ * ownership marker, and record the result only through Store methods
+ * (compare-and-set on the claim). The kind's request and present-observation
+ * schemas live in `src/canonical/schemas/` (the canonical layer sits below
+ * every kind: the Store validates with them at Begin and at each record).
  */
 import type { StepEvidence } from '../canonical/types';
 import type { Db } from '../db/tx';
@@ -12,6 +21,14 @@ import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
 import type { LedgerApply } from '../store/ledger-step';
 import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
+import type { CleanupJobClaim } from '../store/cleanup-jobs';
+import type { LockNeed } from '../store/effects/row-locks';
+import type { Tx } from '../db/tx';
+import type { SettledCompensation } from '../store/compensation';
+import type { CompensationClaim } from '../store/types';
+import type { CleanupProof } from '../compensation/cleanup-proof';
+import type { CleanupDecision } from '../cleanup/decision';
+import type { Drift } from '../verify/drift';
 
 export interface EffectDeps {
   db: Db;
@@ -64,4 +81,57 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * without that proof. Runs under the operation's recovery claim (`auth`).
    */
   removeUnrecorded?(deps: EffectDeps, step: StepRow, auth: OperationAuthority): Promise<void>;
+}
+
+/**
+ * Compensation's undo of one step (src/compensation/run.ts claims, the undo
+ * records). It runs only with a live CompensationClaim, observes the real
+ * effect first, does its I/O (Git, provider, files) outside any SQL
+ * transaction, acts only on exact ownership proof (marker, ownership hash,
+ * row hash), and records the result only through the Store
+ * (`settleTaskCreationCompensation` / `completeTaskCreationCompensation`,
+ * compare-and-set on the claim). It is idempotent: run again after a crash
+ * (compensation `unknown`, src/compensation/reconcile.ts) it finds what is
+ * already undone and finishes the rest.
+ */
+export type CompensationUndo = (deps: EffectDeps, claim: CompensationClaim) => Promise<SettledCompensation>;
+
+/**
+ * The cleanup worker's performer for a transferred effect of this kind
+ * (src/cleanup/worker.ts has verified the proof's hash and binding): acts
+ * outside any transaction on the proof and what it re-observes, and says
+ * what FinishCleanupJob then does (undo the proof's rows, retry, unknown).
+ */
+export type CleanupPerformer = (
+  deps: EffectDeps,
+  job: CleanupJobClaim,
+  proof: CleanupProof,
+) => Promise<CleanupDecision>;
+
+/** A kind's own ledger-wide look at the world for `taskledger verify --observe` (reads only). */
+export type VerifyPass = (
+  deps: { db: Db; dataDir: string },
+  options: { workspaceId?: string; limit: number },
+) => Promise<Drift[]>;
+
+/**
+ * Complete's byte-equivalence of one kind's effect rows: re-derives the
+ * step's rows from its stored request and owner, re-reads them and throws
+ * `ConflictError('evidence_mismatch')` if any row or hash in the evidence
+ * differs. Runs under Complete's locks (1..7) after the Complete predicate.
+ */
+export interface EffectVerifier {
+  /** Rows above tier 7 the verifier reads; taken for all steps at once, in global order. */
+  locks?: (step: StepRow, evidence: StepEvidence) => LockNeed[];
+  verify: (tx: Tx, step: StepRow, evidence: StepEvidence) => Promise<void>;
+}
+
+export interface StepKindModule<K extends StepKind = StepKind> extends StepHandler<K> {
+  /** Complete's byte-equivalence of this kind's effect rows (store/effects/verify.ts). */
+  readonly verifier: EffectVerifier;
+  /** null: the kind is never compensated (a launch intent, V7). */
+  readonly undo: CompensationUndo | null;
+  /** null: compensation never transfers this kind to a cleanup job. */
+  readonly cleanup: CleanupPerformer | null;
+  readonly verifyPass?: VerifyPass;
 }

@@ -1,23 +1,36 @@
 /**
- * The default handler for every step kind. The coordinator, recovery and the
- * tests take handlers from here, so a kind without a handler is a type error.
+ * Every step kind, one line each: the step worker, the reaper, Complete's
+ * verifier, compensation, the cleanup worker and `taskledger verify` take a
+ * kind's behaviour from here (src/kinds/contract.ts), so a kind missing a
+ * part is a type error. Adding a kind: its folder under src/kinds/, its name
+ * in STEP_KINDS (domain/vocab.ts), its schemas in src/canonical/schemas/,
+ * and one line below.
  */
 import type { StepKind } from '../domain/vocab';
-import { attachmentClaimHandler } from './attachment-claim/step';
-import { freshBranchPrepareHandler } from './fresh-branch-prepare/step';
-import { launchIntentHandler } from './launch-intent/step';
-import { remoteContributionAssociateHandler } from './remote-contribution-associate/step';
-import { sessionPrepareHandler } from './session-prepare/step';
-import type { StepHandler } from './contract';
-import { workspaceAttachmentHandler } from './workspace-attachment/step';
+import { attachmentClaim } from './attachment-claim';
+import type { StepHandler, StepKindModule } from './contract';
+import { freshBranchPrepare } from './fresh-branch-prepare';
+import { launchIntent } from './launch-intent';
+import { remoteContributionAssociate } from './remote-contribution-associate';
+import { sessionPrepare } from './session-prepare';
+import { workspaceAttachment } from './workspace-attachment';
 
+export type StepKindModules = { readonly [K in StepKind]: StepKindModule<K> };
+
+export const STEP_KIND_MODULES: StepKindModules = {
+  workspace_attachment: workspaceAttachment,
+  attachment_claim: attachmentClaim,
+  fresh_branch_prepare: freshBranchPrepare,
+  remote_contribution_associate: remoteContributionAssociate,
+  session_prepare: sessionPrepare,
+  launch_intent: launchIntent,
+};
+
+export function kindModule<K extends StepKind>(kind: K): StepKindModule<K> {
+  return STEP_KIND_MODULES[kind];
+}
+
+/** What the step worker and recovery drive; tests may substitute a kind's handler. */
 export type StepHandlers = { [K in StepKind]: StepHandler<K> };
 
-export const defaultStepHandlers: StepHandlers = {
-  workspace_attachment: workspaceAttachmentHandler,
-  attachment_claim: attachmentClaimHandler,
-  fresh_branch_prepare: freshBranchPrepareHandler,
-  remote_contribution_associate: remoteContributionAssociateHandler,
-  session_prepare: sessionPrepareHandler,
-  launch_intent: launchIntentHandler,
-};
+export const defaultStepHandlers: StepHandlers = STEP_KIND_MODULES;

@@ -22,6 +22,6 @@ export { applyAttachmentClaim, type AttachmentFileProblem } from '../kinds/attac
 export { applySessionPrepare } from '../kinds/session-prepare/ledger';
 export { armExactLaunchIntent } from '../kinds/launch-intent/ledger';
 export { persistWorktreeMarker, recordFreshBranch, type FreshBranchProof } from '../kinds/fresh-branch-prepare/ledger';
-export { registerEffectVerifier, verifyEffectRowsLocked, type EffectVerifier } from './effects/verify';
+export { verifyEffectRowsLocked, type EffectVerifier } from './effects/verify';
 export type { EffectObservation, EffectOutcome } from './effects/recording';
 export type * from './types';

@@ -8,7 +8,7 @@
  * dispatch claims and cleanup jobs whose operation row is missing, and a
  * lifecycle pass (verify/lifecycle.ts) checks WIP slots and queues, launch
  * counts, deleted tasks and workspace deletions; with observation, an
- * attachment pass (kinds/attachment-claim/verify.ts) looks at attachment files.
+ * kinds' own passes (`verifyPass`, e.g. src/kinds/attachment-claim/verify.ts) look at their files.
  */
 import type { Db } from '../db/tx';
 import type { StepHandlers } from '../kinds/registry';
@@ -17,7 +17,7 @@ import { checkOperation } from './checks';
 import type { Drift, VerifyCounts, VerifyReport } from './drift';
 import { readLedgerPage } from './ledger-page';
 import { observeOperation } from './observe';
-import { checkAttachmentFiles } from '../kinds/attachment-claim/verify';
+import { STEP_KIND_MODULES } from '../kinds/registry';
 import { checkLifecycle } from './lifecycle';
 import { findOrphans } from './orphans';
 
@@ -95,7 +95,10 @@ export async function verifyLedger(
   keep(await checkLifecycle(deps.db, { workspaceId: options.workspaceId }));
   if (options.observe && deps.effects) {
     const files = { db: deps.db, dataDir: deps.effects.dataDir };
-    keep(await checkAttachmentFiles(files, { workspaceId: options.workspaceId, limit: ORPHANS_PER_KIND }));
+    for (const module of Object.values(STEP_KIND_MODULES)) {
+      if (module.verifyPass)
+        keep(await module.verifyPass(files, { workspaceId: options.workspaceId, limit: ORPHANS_PER_KIND }));
+    }
   }
   return { counts, drift_by_code: byCode, drift, more: total - drift.length, unobserved };
 }

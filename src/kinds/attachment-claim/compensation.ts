@@ -28,9 +28,8 @@ import { stagedDoc } from './ledger';
 import { readAttachment, rowHash } from '../../store/effects/row-documents';
 import { dbReader } from '../../store/effects/row-locks';
 import type { CompensationClaim } from '../../store/types';
-import type { EffectDeps } from '../contract';
+import type { CompensationUndo, EffectDeps } from '../contract';
 import { recordPlain, settleRows, successObservation, transferRows, type RowsUndo } from '../../compensation/record';
-import type { CompensationUndo } from '../../compensation/types';
 
 type Req = AttachmentClaimRequest;
 

@@ -44,7 +44,7 @@ import {
   transferRows,
   type RowsUndo,
 } from '../../compensation/record';
-import type { CompensationUndo } from '../../compensation/types';
+import type { CompensationUndo } from '../contract';
 
 export function freshBranchOwnedRows(claim: CompensationClaim, worktreePath: string): OwnedRow[] {
   const req = claim.request as FreshBranchPrepareRequest;

@@ -23,7 +23,7 @@ import { ASSOCIATION_TABLE, associationIdentity, contributionRef, readTarget } f
 import { dbReader } from '../../store/effects/row-locks';
 import type { CompensationClaim } from '../../store/types';
 import { recordPlain, settleRows, successObservation, transferRows, type RowsUndo } from '../../compensation/record';
-import type { CompensationUndo } from '../../compensation/types';
+import type { CompensationUndo } from '../contract';
 
 type Req = RemoteContributionAssociateRequest;
 

@@ -67,7 +67,6 @@ import {
 } from './rows';
 import { rowHash } from '../../store/effects/row-documents';
 import { takeLocks, txReader, type LockNeed } from '../../store/effects/row-locks';
-import { registerEffectVerifier } from '../../store/effects/verify';
 
 export {
   associationDoc,
@@ -272,5 +271,3 @@ export async function verifyContributionAssociationLocked(
     throw effectMismatch(step, 'the association row carries another provider handle');
   }
 }
-
-registerEffectVerifier(KIND, { locks: contributionAssociationLocks, verify: verifyContributionAssociationLocked });

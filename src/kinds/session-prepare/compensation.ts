@@ -15,7 +15,7 @@ import { txReader, type LockNeed } from '../../store/effects/row-locks';
 import { expectedSessionRows } from './ledger';
 import type { CompensationClaim } from '../../store/types';
 import { ownerOfClaim, settleRows } from '../../compensation/record';
-import type { CompensationUndo } from '../../compensation/types';
+import type { CompensationUndo } from '../contract';
 
 export function sessionOwnedRows(claim: CompensationClaim): OwnedRow[] {
   const exp = expectedSessionRows(claim.request as SessionPrepareRequest, ownerOfClaim(claim));

@@ -13,7 +13,7 @@ import { rowHash } from '../../store/effects/row-documents';
 import { expectedAttachmentRows } from './rows';
 import type { CompensationClaim } from '../../store/types';
 import { ownerOfClaim, settleRows } from '../../compensation/record';
-import type { CompensationUndo } from '../../compensation/types';
+import type { CompensationUndo } from '../contract';
 
 export function workspaceAttachmentOwnedRows(claim: CompensationClaim): OwnedRow[] {
   const exp = expectedAttachmentRows(claim.request as WorkspaceAttachmentRequest, ownerOfClaim(claim));

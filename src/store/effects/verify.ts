@@ -1,13 +1,10 @@
 /**
- * Complete's byte-equivalence of effect rows: a registry of one verifier per
- * step kind. Never begins a transaction.
+ * Complete's byte-equivalence of effect rows, driving each kind's `verifier`
+ * (src/kinds/<kind>/index.ts, listed in src/kinds/registry.ts). Never begins
+ * a transaction.
  *
  * Contract:
- * - `registerEffectVerifier(kind, verifier)` installs (or replaces) the
- *   verifier of a kind. The five database/Git kinds are built in;
- *   `remote_contribution_associate` is registered by its own module
- *   (`./remote-contribution.ts`), which the process must import. A succeeded
- *   or armed step whose kind has no verifier fails closed with
+ * - A succeeded or armed step whose kind has no module fails closed with
  *   `evidence_mismatch`.
  * - A verifier re-derives the step's effect rows from its stored request and
  *   owner, re-reads them and throws `ConflictError('evidence_mismatch')` if
@@ -20,42 +17,22 @@
  * Runs after the Complete predicate, under Complete's locks (1..7).
  */
 import type { StepEvidence } from '../../canonical/types';
-import type { StepKind } from '../../domain/vocab';
 import type { Tx } from '../../db/tx';
 import type { StepRow } from '../types';
-import { attachmentClaimLocks, verifyAttachmentClaimLocked } from '../../kinds/attachment-claim/ledger';
-import { freshBranchLocks, verifyFreshBranchLocked } from '../../kinds/fresh-branch-prepare/ledger';
-import { launchIntentLocks, verifyLaunchIntentLocked } from '../../kinds/launch-intent/ledger';
 import { effectMismatch } from './recording';
 import { storedEvidenceOf } from '../evidence-memo';
 import { takeLocks, type LockNeed } from './row-locks';
-import { sessionPrepareLocks, verifySessionPrepareLocked } from '../../kinds/session-prepare/ledger';
-import { verifyWorkspaceAttachmentLocked, workspaceAttachmentLocks } from '../../kinds/workspace-attachment/ledger';
+import { STEP_KIND_MODULES } from '../../kinds/registry';
+import type { EffectVerifier } from '../../kinds/contract';
 
 export type { LockNeed } from './row-locks';
 
-export interface EffectVerifier {
-  /** Rows above tier 7 the verifier reads; taken for all steps at once, in global order. */
-  locks?: (step: StepRow, evidence: StepEvidence) => LockNeed[];
-  verify: (tx: Tx, step: StepRow, evidence: StepEvidence) => Promise<void>;
-}
-
-const registry = new Map<StepKind, EffectVerifier>([
-  ['workspace_attachment', { locks: workspaceAttachmentLocks, verify: verifyWorkspaceAttachmentLocked }],
-  ['attachment_claim', { locks: attachmentClaimLocks, verify: verifyAttachmentClaimLocked }],
-  ['fresh_branch_prepare', { locks: freshBranchLocks, verify: verifyFreshBranchLocked }],
-  ['session_prepare', { locks: sessionPrepareLocks, verify: verifySessionPrepareLocked }],
-  ['launch_intent', { locks: launchIntentLocks, verify: verifyLaunchIntentLocked }],
-]);
-
-export function registerEffectVerifier(kind: StepKind, verifier: EffectVerifier | EffectVerifier['verify']): void {
-  registry.set(kind, typeof verifier === 'function' ? { verify: verifier } : verifier);
-}
+export type { EffectVerifier } from '../../kinds/contract';
 
 function verifierOf(step: StepRow): EffectVerifier {
-  const v = registry.get(step.kind);
-  if (!v) throw effectMismatch(step, `no effect verifier is registered for ${step.kind}`);
-  return v;
+  const module = (STEP_KIND_MODULES as Partial<Record<string, { verifier: EffectVerifier }>>)[step.kind];
+  if (!module) throw effectMismatch(step, `no effect verifier is registered for ${step.kind}`);
+  return module.verifier;
 }
 
 function storedEvidence(step: StepRow): StepEvidence {
