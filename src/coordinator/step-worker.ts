@@ -18,7 +18,7 @@ import type { Metrics } from '../metrics';
 import type { StepHandlers } from '../kinds/registry';
 import type { EffectDeps, StepHandler } from '../kinds/contract';
 import { recoverUntilSettled } from '../runtime/recover';
-import { claimAndApplyLedgerStep } from '../store/ledger-step';
+import { claimAndApplyLedgerStep, claimAndApplyLedgerSteps, type LedgerKinds } from '../store/ledger-step';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim } from '../store/types';
 import { stepJobId, type StepJob } from '../../queues/names';
@@ -71,11 +71,18 @@ export async function processStepJob(
   };
 
   let state: StepState;
+  let failed = false;
   if (handler?.applyInClaim) {
-    // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts).
+    // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
+    // operation's other ledger-only steps that are runnable now.
     try {
-      const done = await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim);
-      state = done.outcome.state;
+      const done = handler.applyLocks
+        ? await claimAndApplyLedgerSteps(deps.effects.db, auth, ref, owner, deps.leaseMs, ledgerKinds(deps))
+        : [await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim)];
+      state = done[0]!.outcome.state;
+      for (const d of done.slice(1)) deps.metrics?.stepResults.inc({ kind: d.claim.kind, state: d.outcome.state });
+      failed = done.some((d) => d.outcome.state === 'failed');
+      if (done.length > 1) log.debug({ batch: done.map((d) => `${d.claim.kind}:${d.outcome.state}`) }, 'ledger batch');
     } catch (err) {
       if (skipped(err)) return 'skipped';
       throw err;
@@ -92,10 +99,20 @@ export async function processStepJob(
   }
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
-  if (deps.inline && state !== 'failed') await continueInline(deps, deps.inline, job.operationId, log);
+  failed ||= state === 'failed';
+  if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
-  if (state === 'failed') await recoverFailed(deps, job.operationId, log);
+  if (failed) await recoverFailed(deps, job.operationId, log);
   return state;
+}
+
+/** The handlers' ledger-only kinds that can join a batch (an apply and its locks). */
+function ledgerKinds(deps: StepWorkerDeps): LedgerKinds {
+  const kinds: LedgerKinds = {};
+  for (const h of Object.values(deps.handlers) as StepHandler[]) {
+    if (h.applyInClaim && h.applyLocks) kinds[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
+  }
+  return kinds;
 }
 
 /** Claim errors that mean another worker or the ledger already moved on: the job is a logged no-op. */

@@ -19,7 +19,7 @@ import type { Db } from '../db/tx';
 import type { StepKind, StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
-import type { LedgerApply } from '../store/ledger-step';
+import type { LedgerApply, LedgerLocks } from '../store/ledger-step';
 import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
 import type { CleanupJobClaim } from '../store/cleanup-jobs';
 import type { LockNeed } from '../store/effects/row-locks';
@@ -71,6 +71,13 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * a claim commit followed by `perform`.
    */
   readonly applyInClaim?: LedgerApply;
+  /**
+   * With `applyInClaim`: the rows (above tier 7) that apply will lock, read
+   * from the step row before any of them is locked, so that one transaction
+   * can claim and apply several of an operation's ledger-only steps after
+   * taking all their locks in one global order (store/ledger-step.ts).
+   */
+  readonly applyLocks?: LedgerLocks;
   /** Observes the effect of an existing step without changing anything. */
   observe(deps: EffectDeps, step: StepRow): Promise<Observation>;
   /**

@@ -22,16 +22,23 @@
  * `not_found`) or of the effect write nothing. No event.
  */
 import { runTransaction, type Db, type Tx } from '../db/tx';
+import type { StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
-import { EFFECT_ROW_UNIQUES } from './effects/row-locks';
+import { EFFECT_ROW_UNIQUES, takeLocks, type LockNeed } from './effects/row-locks';
 import type { ClaimContext } from './claimed';
-import { claimStepInContextLocked } from './step-claims';
+import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
 import type { StepRef } from './step-rows';
-import type { OperationAuthority, StepClaim } from './types';
+import type { OperationAuthority, StepClaim, StepRow } from './types';
 
 /** A kind's effect and record inside the claim's transaction (exported by each ledger kind's effect module). */
 export type LedgerApply = (tx: Tx, claim: StepClaim, claimed?: ClaimContext) => Promise<EffectOutcome>;
+
+/** The rows above tier 7 a kind's `LedgerApply` will lock, read from the step row before any is locked. */
+export type LedgerLocks = (tx: Tx, step: StepRow) => Promise<LockNeed[]>;
+
+/** The ledger-only kinds a batch may take, with their apply and its locks. */
+export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: LedgerLocks }>>;
 
 export interface LedgerStepResult {
   claim: StepClaim;
@@ -58,6 +65,82 @@ export async function claimAndApplyLedgerStep(
         stepId: claim.stepId,
       });
       return { claim, outcome };
+    },
+    { restartOnUnique: EFFECT_ROW_UNIQUES },
+  );
+}
+
+/**
+ * ClaimAndApplyLedgerSteps: the step `ref` and every other ledger-only step
+ * of its operation that is runnable now, claimed, performed and recorded in
+ * ONE transaction (issue 14's set-based lever; ADR 0015). The batch is read
+ * from the step rows the claim locked: the other `planned` steps whose kind
+ * is in `kinds` (a `retry_wait` sibling keeps its back-off), and the launch
+ * intent last, once every other step of the operation has succeeded in
+ * this transaction.
+ *
+ * Locks: the claim's tiers 1–7 (every step row of the operation), then the
+ * union of the batch's effect locks (`LedgerLocks`, including the launch
+ * intent's tiers 8.2–10 when it may follow), in one global order; each
+ * kind's own lock requests are then already held. Each step goes through
+ * the same claim compare-and-set (generation + 1, lease) and the same record
+ * as a claim of its own; each step's `before_ledger_step_commit` failpoint
+ * fires after its apply. A conflict of `ref`'s claim writes nothing; an
+ * outcome other than success ends the batch there (the rest stay `planned`
+ * for the recovery or the retry that outcome starts).
+ */
+export async function claimAndApplyLedgerSteps(
+  db: Db,
+  auth: OperationAuthority,
+  ref: StepRef,
+  owner: string,
+  leaseMs: number,
+  kinds: LedgerKinds,
+): Promise<LedgerStepResult[]> {
+  return runTransaction(
+    db,
+    'ClaimAndApplyLedgerSteps',
+    async (tx) => {
+      const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs);
+      const steps = first.ctx.steps;
+      const runnable = (s: StepRow) =>
+        s.id !== first.claim.stepId && s.state === 'planned' && kinds[s.kind] !== undefined;
+      const siblings = steps.filter((s) => s.kind !== 'launch_intent' && runnable(s));
+      const batch = new Set([first.claim.stepId, ...siblings.map((s) => s.id)]);
+      const launch = steps.find(
+        (s) =>
+          s.kind === 'launch_intent' &&
+          runnable(s) &&
+          steps.every((o) => o.kind === 'launch_intent' || o.state === 'succeeded' || batch.has(o.id)),
+      );
+      const locking = [first.ctx.step, ...siblings, ...(launch ? [launch] : [])];
+      const needs = await Promise.all(locking.map((s) => kinds[s.kind]!.locks(tx, s)));
+      await takeLocks(tx, needs.flat());
+
+      const current = new Map(steps.map((s) => [s.id, s]));
+      const results: LedgerStepResult[] = [];
+      const run = async (claimed: { claim: StepClaim; ctx: ClaimContext }) => {
+        const { claim, ctx } = claimed;
+        current.set(claim.stepId, ctx.step);
+        const outcome = await kinds[claim.kind]!.apply(tx, claim, { ...ctx, steps: [...current.values()] });
+        await failpoint('before_ledger_step_commit', {
+          kind: claim.kind,
+          operationId: claim.operationId,
+          stepId: claim.stepId,
+        });
+        current.set(claim.stepId, { ...ctx.step, state: outcome.state });
+        results.push({ claim, outcome });
+      };
+      const claimNext = (step: StepRow) =>
+        claimLockedStepLocked(tx, { guarded: first.ctx.guarded, steps: [...current.values()], step }, owner, leaseMs);
+
+      // Anything but a success ends the batch: the operation winds down or waits, as after a claim of its own.
+      const going = () => results.every((r) => r.outcome.state === 'succeeded' || r.outcome.state === 'armed');
+      await run(first);
+      for (const step of siblings) if (going()) await run(await claimNext(step));
+      const ready = [...current.values()].every((s) => s.kind === 'launch_intent' || s.state === 'succeeded');
+      if (launch && going() && ready) await run(await claimNext(launch));
+      return results;
     },
     { restartOnUnique: EFFECT_ROW_UNIQUES },
   );

@@ -88,7 +88,24 @@ export async function claimStepInContextLocked(
     });
   const steps = await lockStepsLocked(tx, op.id);
   verifyStepSet(steps, plan);
-  const step = findStep(steps, ref);
+  return claimLockedStepLocked(tx, { guarded, steps, step: findStep(steps, ref) }, owner, leaseMs);
+}
+
+/**
+ * Claims `base.step`, one of `base.steps` — the operation's step rows this
+ * transaction already locked (tier 7) after guarding the operation (tiers
+ * 1–6) — with the same checks and compare-and-set as a claim of its own.
+ * `base.steps` must say what the transaction has recorded so far: a launch
+ * intent is claimable only when every other step in it has succeeded.
+ */
+export async function claimLockedStepLocked(
+  tx: Tx,
+  base: ClaimContext,
+  owner: string,
+  leaseMs: number,
+): Promise<{ claim: StepClaim; ctx: ClaimContext }> {
+  const { guarded, steps, step } = base;
+  const { op, plan } = guarded;
   const request = verifyStepRequest(step, plan);
   if (step.state !== 'planned' && step.state !== 'retry_wait') {
     throw new ConflictError(

@@ -222,3 +222,8 @@ export async function verifyLaunchIntentLocked(
   if (w.dispatch || w.runtime || w.sessionStarted)
     throw effectMismatch(step, 'a dispatch or runtime exists before Complete');
 }
+
+/** The rows `armExactLaunchIntentLocked` will lock (tiers 8.2–10), for a batch that takes them first (store/ledger-step.ts). */
+export function launchIntentApplyLocks(_tx: Tx, step: StepRow): Promise<LockNeed[]> {
+  return Promise.resolve(launchIntentLocks(step));
+}

@@ -10,13 +10,19 @@
  * observe (read-only): armed with this exact intent and no dispatch ->
  * present; not armed and no dispatch -> absent; else conflict.
  */
-import { armExactLaunchIntent, armExactLaunchIntentLocked, observeLaunchIntent } from './ledger';
+import {
+  armExactLaunchIntent,
+  armExactLaunchIntentLocked,
+  launchIntentApplyLocks,
+  observeLaunchIntent,
+} from './ledger';
 import { failpoint } from '../../failpoints';
 import type { StepHandler } from '../contract';
 
 export const launchIntentHandler: StepHandler<'launch_intent'> = {
   kind: 'launch_intent',
   applyInClaim: armExactLaunchIntentLocked,
+  applyLocks: launchIntentApplyLocks,
   async perform(deps, claim) {
     // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
     // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).

@@ -349,3 +349,8 @@ export async function verifySessionPrepareLocked(
     throw effectMismatch(step, 'evidence does not repeat the session rows byte-exactly');
   }
 }
+
+/** The rows `applySessionPrepareLocked` will lock (tiers 9–14), for a batch that takes them first (store/ledger-step.ts). */
+export function sessionPrepareApplyLocks(_tx: Tx, step: StepRow): Promise<LockNeed[]> {
+  return Promise.resolve(lockNeeds(stepRequestOf(step, 'session_prepare'), true));
+}

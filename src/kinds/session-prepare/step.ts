@@ -8,13 +8,19 @@
  * observe (read-only): exact session and marker rows with no runtime ->
  * present; none of them and no runtime -> absent; else conflict.
  */
-import { applySessionPrepare, applySessionPrepareLocked, observeSessionPrepare } from './ledger';
+import {
+  applySessionPrepare,
+  applySessionPrepareLocked,
+  observeSessionPrepare,
+  sessionPrepareApplyLocks,
+} from './ledger';
 import { failpoint } from '../../failpoints';
 import type { StepHandler } from '../contract';
 
 export const sessionPrepareHandler: StepHandler<'session_prepare'> = {
   kind: 'session_prepare',
   applyInClaim: applySessionPrepareLocked,
+  applyLocks: sessionPrepareApplyLocks,
   async perform(deps, claim) {
     // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
     // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).

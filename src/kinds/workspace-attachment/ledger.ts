@@ -222,3 +222,15 @@ export async function verifyWorkspaceAttachmentLocked(
     throw effectMismatch(step, 'evidence names another owner or a future generation');
   }
 }
+
+/**
+ * The rows `applyWorkspaceAttachmentLocked` will lock for this step (tiers
+ * 11.1–12.2), for a batch that takes every step's locks first, in one global
+ * order (store/ledger-step.ts). One plain read: the environment's repositories.
+ */
+export async function workspaceAttachmentApplyLocks(tx: Tx, step: StepRow): Promise<LockNeed[]> {
+  const req = stepRequestOf(step, 'workspace_attachment');
+  const envRepoIds =
+    req.environment_id === null ? [] : (await readEnvironmentRepos(txReader(tx), req.environment_id)).map((r) => r.id);
+  return lockNeeds(req, envRepoIds, expectedAttachmentRows(req, ownerOf(step)), true);
+}

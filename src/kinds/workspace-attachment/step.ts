@@ -9,13 +9,19 @@
  * observe (read-only): exact rows and references -> present; every row this
  * step would own absent -> absent; partial, foreign or changed -> conflict.
  */
-import { applyWorkspaceAttachment, applyWorkspaceAttachmentLocked, observeWorkspaceAttachment } from './ledger';
+import {
+  applyWorkspaceAttachment,
+  applyWorkspaceAttachmentLocked,
+  observeWorkspaceAttachment,
+  workspaceAttachmentApplyLocks,
+} from './ledger';
 import { failpoint } from '../../failpoints';
 import type { StepHandler } from '../contract';
 
 export const workspaceAttachmentHandler: StepHandler<'workspace_attachment'> = {
   kind: 'workspace_attachment',
   applyInClaim: applyWorkspaceAttachmentLocked,
+  applyLocks: workspaceAttachmentApplyLocks,
   async perform(deps, claim) {
     // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
     // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).

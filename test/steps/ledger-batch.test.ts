@@ -1,0 +1,127 @@
+/**
+ * ClaimAndApplyLedgerSteps (store/ledger-step.ts, ADR 0015): one wake-up of a
+ * ledger-only step claims, performs and records every ledger-only step of its
+ * operation that is runnable now, and the launch intent once every other step
+ * has succeeded — in one transaction, each step with its own claim
+ * (generation raised), record and hashed evidence. A failure before COMMIT
+ * leaves the whole batch as it was; a step that waits or is not ledger-only
+ * stays out. Both dialects.
+ */
+import { describe, expect, it } from 'vitest';
+import { evidenceHash } from '../../src/canonical/hash';
+import type { StepEvidence } from '../../src/canonical/types';
+import { validateStepEvidence } from '../../src/canonical/validate';
+import type { StepKind } from '../../src/domain/vocab';
+import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
+import type { StepHandler } from '../../src/kinds/contract';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
+import { sql, useTestDb } from '../support/db';
+import { expectTyped, stepRows } from '../support/ledger';
+import { createTask, effectSnapshot, loadStep, seedWithFiles } from './support';
+
+const t = useTestDb();
+
+const KINDS: LedgerKinds = {};
+for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
+  if (h.applyInClaim && h.applyLocks) KINDS[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
+}
+
+async function setup(body: Record<string, unknown> = {}) {
+  const { ws } = await seedWithFiles(t.db);
+  const c = await createTask(t.db, ws, {
+    start_agent: true,
+    agent_profile_id: ws.agentProfileId,
+    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
+    ...(body.attachments === true ? { attachments: ws.attachmentIds } : {}),
+  });
+  const rows = await stepRows(t.db, c.operationId);
+  const run = (kind: StepKind, owner = 'w1', kinds: LedgerKinds = KINDS) => {
+    const row = rows.find((r) => r.kind === kind)!;
+    return claimAndApplyLedgerSteps(t.db, c.auth, { kind, stepKey: row.step_key }, owner, 30_000, kinds);
+  };
+  return { c, rows, run, snap: () => effectSnapshot(t.db, c.operationId, c.taskId) };
+}
+
+describe('ledger-only steps of one operation in one transaction', () => {
+  it('one wake-up runs every ledger-only step, the launch intent last, each claimed and recorded with hashed evidence', async () => {
+    const s = await setup();
+    const done = await s.run('session_prepare');
+    expect(done.map((d) => [d.claim.kind, d.outcome.state])).toEqual([
+      ['session_prepare', 'succeeded'],
+      ['workspace_attachment', 'succeeded'],
+      ['launch_intent', 'armed'],
+    ]);
+    for (const { claim, outcome } of done) {
+      expect(claim.generation).toBe(1);
+      const step = await loadStep(t.db, claim.stepId);
+      expect(step).toMatchObject({ state: outcome.state, generation: 1, attempt: 1, lease_owner: null });
+      const evidence = JSON.parse(step.evidence_json!) as StepEvidence;
+      expect(() => validateStepEvidence(evidence)).not.toThrow();
+      expect(evidence.effect).toBe('present_exact');
+      expect(step.evidence_sha256).toBe(evidenceHash(evidence));
+    }
+    // A duplicate wake-up of any of them finds it finished: a typed conflict and nothing written.
+    const after = await s.snap();
+    await expectTyped(s.run('workspace_attachment', 'w2'), 'creation_state_conflict');
+    expect(await s.snap()).toBe(after);
+  });
+
+  it('a failure before COMMIT at the second step leaves the whole batch as it was; the next run does it once', async () => {
+    const s = await setup();
+    const before = await s.snap();
+    armFailpoint(
+      'before_ledger_step_commit',
+      { kind: 'throw' },
+      { times: 1, match: (ctx) => ctx.kind === 'session_prepare' },
+    );
+    try {
+      await expect(s.run('workspace_attachment')).rejects.toBeInstanceOf(FailpointError);
+    } finally {
+      disarmAll();
+    }
+    expect(await s.snap()).toBe(before);
+    const rows = await stepRows(t.db, s.c.operationId);
+    expect(rows.every((r) => r.state === 'planned' && Number(r.generation) === 0)).toBe(true);
+    const done = await s.run('workspace_attachment');
+    expect(done.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
+  });
+
+  it('a step that is not ledger-only keeps the launch intent out; the ledger-only ones still go together', async () => {
+    const s = await setup({ attachments: true });
+    expect(s.rows.map((r) => r.kind)).toContain('attachment_claim');
+    const done = await s.run('workspace_attachment');
+    expect(done.map((d) => d.claim.kind)).toEqual(['workspace_attachment', 'session_prepare']);
+    const intent = await loadStep(t.db, s.rows.find((r) => r.kind === 'launch_intent')!.id);
+    expect(intent).toMatchObject({ state: 'planned', generation: 0 });
+  });
+
+  it('only the kinds it is given join the batch', async () => {
+    const s = await setup();
+    const only: LedgerKinds = { workspace_attachment: KINDS.workspace_attachment! };
+    const done = await s.run('workspace_attachment', 'w1', only);
+    expect(done.map((d) => d.claim.kind)).toEqual(['workspace_attachment']);
+    const rows = await stepRows(t.db, s.c.operationId);
+    expect(
+      rows
+        .filter((r) => r.state === 'planned')
+        .map((r) => r.kind as string)
+        .sort(),
+    ).toEqual(['launch_intent', 'session_prepare']);
+  });
+
+  it('a sibling waiting out its back-off (retry_wait) is not taken early', async () => {
+    const s = await setup();
+    const session = s.rows.find((r) => r.kind === 'session_prepare')!;
+    await sql(
+      t.db,
+      `UPDATE task_creation_steps SET state = 'retry_wait', generation = 1, attempt = 1, next_attempt_at = ${
+        t.db.dialect === 'postgres' ? "now() + interval '1 hour'" : 'NOW(3) + INTERVAL 1 HOUR'
+      } WHERE id = ?`,
+      [session.id],
+    );
+    const done = await s.run('workspace_attachment');
+    expect(done.map((d) => d.claim.kind)).toEqual(['workspace_attachment']);
+    expect(await loadStep(t.db, session.id)).toMatchObject({ state: 'retry_wait', generation: 1 });
+  });
+});
