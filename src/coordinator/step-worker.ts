@@ -72,6 +72,8 @@ export async function processStepJob(
 
   let state: StepState;
   let failed = false;
+  // The batch armed the launch intent, which it does only once every other step succeeded: Complete is due.
+  let completeDue = false;
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
@@ -82,6 +84,7 @@ export async function processStepJob(
       state = done[0]!.outcome.state;
       for (const d of done.slice(1)) deps.metrics?.stepResults.inc({ kind: d.claim.kind, state: d.outcome.state });
       failed = done.some((d) => d.outcome.state === 'failed');
+      completeDue = done.some((d) => d.claim.kind === 'launch_intent' && d.outcome.state === 'armed');
       if (done.length > 1) log.debug({ batch: done.map((d) => `${d.claim.kind}:${d.outcome.state}`) }, 'ledger batch');
     } catch (err) {
       if (skipped(err)) return 'skipped';
@@ -100,7 +103,8 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
-  if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
+  if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log);
+  else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
   if (failed) await recoverFailed(deps, job.operationId, log);
   return state;
@@ -174,12 +178,14 @@ async function continueInline(
   // The first due one; its own pass through here runs the next, and the armed launch intent's runs Complete.
   const [first] = next.kept;
   if (first) await processStepJob(deps, first, `inline-${stepJobId(first.stepId, first.generation)}`);
-  if (next.completeKept) {
-    await processCompleteJob(inline.complete, { operationId }).catch((err: unknown) => {
-      // The operation is untouched or completing: the complete job the sweep sends finishes it.
-      log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
-    });
-  }
+  if (next.completeKept) await completeInline(inline, operationId, log);
+}
+
+async function completeInline(inline: InlineWork, operationId: string, log: Logger): Promise<void> {
+  await processCompleteJob(inline.complete, { operationId }).catch((err: unknown) => {
+    // The operation is untouched or completing: the complete job the sweep sends finishes it.
+    log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
+  });
 }
 
 /** Recovery right after a permanent failure. Its errors are logged, not thrown: the step is recorded, and the sweep retries. */

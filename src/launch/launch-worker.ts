@@ -47,36 +47,33 @@ export interface LaunchWorkerDeps {
  */
 async function launchSpec(db: Db, claim: DispatchClaim, dataDir: string) {
   const { taskId } = claim;
-  const profiles = await readRows<{ executor_json: string }>(
+  // One round trip: the profile's executor, the session's environment and the task's first worktree.
+  const [row] = await readRows<{
+    executor_json: string | null;
+    environment_id: string | null;
+    worktree_path: string | null;
+  }>(
     db,
-    'SELECT executor_json FROM agent_profiles WHERE id = ?',
-    [claim.request.agent_profile_id],
+    `SELECT (SELECT executor_json FROM agent_profiles WHERE id = ?) AS executor_json,
+            (SELECT environment_id FROM task_sessions WHERE id = ?) AS environment_id,
+            (SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
+              WHERE e.task_id = ? AND r.worktree_path IS NOT NULL ORDER BY r.id LIMIT 1) AS worktree_path`,
+    [claim.request.agent_profile_id, claim.sessionId, taskId],
   );
-  const executor = parseCanonical(profiles[0]?.executor_json ?? '{}', { requireCanonical: false }) as {
+  const executor = parseCanonical(row?.executor_json ?? '{}', { requireCanonical: false }) as {
     command?: string[];
   };
-  const [session] = await readRows<{ environment_id: string }>(
-    db,
-    'SELECT environment_id FROM task_sessions WHERE id = ?',
-    [claim.sessionId],
-  );
   const bound =
-    profiles[0] !== undefined &&
-    session !== undefined &&
+    row?.executor_json != null &&
+    row.environment_id != null &&
     launchConfigSha256({
       agent_profile_id: claim.request.agent_profile_id,
       executor: executor,
       session_id: claim.sessionId,
       task_id: taskId,
-      task_environment_id: session.environment_id,
+      task_environment_id: row.environment_id,
     }) === claim.request.launch_config_sha256;
-  const worktrees = await readRows<{ worktree_path: string | null }>(
-    db,
-    `SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
-      WHERE e.task_id = ? AND r.worktree_path IS NOT NULL ORDER BY r.id`,
-    [taskId],
-  );
-  let cwd = worktrees[0]?.worktree_path ?? null;
+  let cwd = row?.worktree_path ?? null;
   if (!cwd) {
     cwd = join(dataDir, 'tasks', taskId);
     mkdirSync(cwd, { recursive: true });

@@ -107,9 +107,26 @@ describe('inline launch intent and Complete', () => {
     expect(await waiting(COMPLETE_QUEUE)).toBe(completeBefore);
   });
 
-  it('without inline, the same step leaves the launch intent as a queued wake-up', async () => {
+  it('without inline, the same step arms the launch intent in its batch and leaves Complete as a queued wake-up', async () => {
     const { res, effects, job } = await readyForSession();
     const deps = workerDeps(effects, 'queued-worker');
+    const launchBefore = await waiting(stepQueueName('launch_intent'));
+    const completeBefore = await waiting(COMPLETE_QUEUE);
+    expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
+    const steps = await stepRows(t.db, res.operationId);
+    expect(steps.find((s) => s.kind === 'launch_intent')!.state).toBe('armed');
+    expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore);
+    expect(await waiting(COMPLETE_QUEUE)).toBe(completeBefore + 1);
+    expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'preparing'", [res.operationId])).toBe(1);
+  });
+
+  it('a launch intent whose handler cannot join a batch is left as a queued wake-up', async () => {
+    const { res, effects, job } = await readyForSession();
+    const { applyLocks: _unused, ...alone } = defaultStepHandlers.launch_intent;
+    const deps = {
+      ...workerDeps(effects, 'queued-worker'),
+      handlers: { ...defaultStepHandlers, launch_intent: alone },
+    };
     const launchBefore = await waiting(stepQueueName('launch_intent'));
     expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
     expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore + 1);
