@@ -111,19 +111,6 @@ export async function completeTaskCreationLocked(
     tx.lockRow(TIER.OUTBOX, 'event_outbox', id);
   }
   const outcome = v.op.release_applied ? 'CreatedIdentityLost' : 'Created';
-  await tx.exec(
-    `UPDATE tasks SET creation_state = 'completed', revision = 1,
-            external_id_settled_at = CASE WHEN external_id IS NULL THEN NULL ELSE ${tx.now} END, updated_at = ${tx.now}
-      WHERE id = ? AND creation_state = 'completing'`,
-    [v.task.id],
-  );
-  await tx.exec(`UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`, [
-    v.task.id,
-  ]);
-  await tx.exec(
-    `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
-    [v.task.id, v.op.workspace_id, v.op.id, eventId],
-  );
   const payload = {
     version: 1,
     type: 'task.created',
@@ -136,17 +123,32 @@ export async function completeTaskCreationLocked(
     manifest_hash: v.op.manifest_hash,
     start_policy: v.plan.start_policy,
   };
-  await tx.exec(
-    `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
-     VALUES (?, ?, ?, 1, 'task.created', ?, ?, ?, ${tx.now})`,
-    [eventId, v.op.workspace_id, v.task.id, v.op.id, canonicalJson(payload), payloadHash(payload)],
-  );
-  const changed = await tx.exec(
-    `UPDATE task_creation_operations SET state = 'completed', result_outcome = ?, result_revision = 1, result_event_id = ?,
-            completed_at = ${tx.now}, updated_at = ${tx.now}
-      WHERE id = ? AND state = 'completing'`,
-    [outcome, eventId, v.op.id],
-  );
+  // The five writes are issued together: one round trip, run by the server strictly in this order (Tx.batch); the
+  // first that fails stops the rest and its error propagates, as if each had been awaited in turn.
+  const [, , , , changed] = await Promise.all([
+    tx.exec(
+      `UPDATE tasks SET creation_state = 'completed', revision = 1,
+              external_id_settled_at = CASE WHEN external_id IS NULL THEN NULL ELSE ${tx.now} END, updated_at = ${tx.now}
+        WHERE id = ? AND creation_state = 'completing'`,
+      [v.task.id],
+    ),
+    tx.exec(`UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`, [v.task.id]),
+    tx.exec(
+      `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
+      [v.task.id, v.op.workspace_id, v.op.id, eventId],
+    ),
+    tx.exec(
+      `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
+       VALUES (?, ?, ?, 1, 'task.created', ?, ?, ?, ${tx.now})`,
+      [eventId, v.op.workspace_id, v.task.id, v.op.id, canonicalJson(payload), payloadHash(payload)],
+    ),
+    tx.exec(
+      `UPDATE task_creation_operations SET state = 'completed', result_outcome = ?, result_revision = 1, result_event_id = ?,
+              completed_at = ${tx.now}, updated_at = ${tx.now}
+        WHERE id = ? AND state = 'completing'`,
+      [outcome, eventId, v.op.id],
+    ),
+  ]);
   if (changed !== 1)
     throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', {
       operation_id: v.op.id,
@@ -182,14 +184,17 @@ export async function completeTaskCreationPhaseA(
     const v = await lockAndVerifyLocked(tx, auth, 'A');
     if ('outcome' in v) return v;
     if (v.op.state === 'completing') return 'already_completing';
-    await tx.exec(
-      `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
-      [v.op.id],
-    );
-    await tx.exec(
-      `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
-      [v.task.id],
-    );
+    // Issued together: one round trip, run by the server in this order (Tx.batch).
+    await Promise.all([
+      tx.exec(
+        `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
+        [v.op.id],
+      ),
+      tx.exec(
+        `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
+        [v.task.id],
+      ),
+    ]);
     return 'completing';
   });
 }

@@ -301,16 +301,22 @@ export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: 
   await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
     const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
     if ('refused' in p) throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
-    await casDispatchLocked(tx, claim, 'succeeded', ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?', [
-      canonicalJson(proof.handle),
-      evidence.json,
-      evidence.sha256,
-    ]);
+    // The three writes are issued together (one round trip, in this order, Tx.batch); a stale claim's compare-and-set
+    // changes nothing and throws, and the transaction rolls the other two back.
+    const cas = casDispatchLocked(
+      tx,
+      claim,
+      'succeeded',
+      ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?',
+      [canonicalJson(proof.handle), evidence.json, evidence.sha256],
+    );
     tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
-    await tx.exec(`UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`, [claim.sessionId]);
+    const session = tx.exec(`UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`, [
+      claim.sessionId,
+    ]);
     const runtimeId = globalThis.crypto.randomUUID();
     tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);
-    await tx.exec(
+    const runtime = tx.exec(
       `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ${tx.now}, ${tx.now})`,
       [
@@ -323,6 +329,7 @@ export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: 
         proof.pid,
       ],
     );
+    await Promise.all([cas, session, runtime]);
   });
 }
 

@@ -1,0 +1,65 @@
+/**
+ * Counts the PostgreSQL round trips of a process by statement, for finding
+ * where a creation's writes go (docs/benchmarks.md, "Round trips"):
+ *
+ *   TASKLEDGER_ROUND_TRIPS_DIR=/tmp/rt TASKLEDGER_BENCH_NODE_ARGS="--import ./scripts/round-trips.mjs" \
+ *     taskledger bench --dialect postgres --shapes db --tasks 300 --warmup 0 --no-ceiling --no-peer --serial 0
+ *   node scripts/round-trips.mjs /tmp/rt 320     # creations made (tasks + paced), prints per-process tables
+ *
+ * Preloaded (`--import`), it wraps `net.Socket#_writeGeneric`: every write
+ * to port 5432 is one round trip's request (pg corks a parameterized query's
+ * messages into one write; a batch or a simple query is one write). It keys
+ * each by the statement's first characters and writes `<dir>/<pid>.json`
+ * every second and at exit. Diagnostic only: nothing in taskledger loads it.
+ */
+import { Buffer } from 'node:buffer';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { setInterval } from 'node:timers';
+import { pathToFileURL } from 'node:url';
+
+function statementOf(buf) {
+  if (!Buffer.isBuffer(buf) || buf.length < 6) return '?';
+  const type = String.fromCharCode(buf[0]);
+  let start = 5;
+  if (type === 'P') {
+    while (start < buf.length && buf[start] !== 0) start++;
+    start++;
+  } else if (type !== 'Q') return type;
+  return `${type} ${buf.toString('utf8', start, Math.min(buf.length, start + 80)).replace(/\s+/g, ' ')}`;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const [dir, creations] = process.argv.slice(2);
+  const n = Number(creations) || 1;
+  for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.json'))) {
+    const counts = JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8'));
+    const rows = Object.entries(counts).sort((a, b) => b[1] - a[1]);
+    const total = rows.reduce((s, [, c]) => s + c, 0);
+    console.log(`== pid ${file.replace('.json', '')}: ${total} round trips, ${(total / n).toFixed(1)} per creation`);
+    for (const [k, c] of rows.slice(0, 40))
+      console.log(`${String(c).padStart(7)} ${(c / n).toFixed(2).padStart(6)}  ${k}`);
+  }
+} else {
+  const dir = process.env.TASKLEDGER_ROUND_TRIPS_DIR;
+  if (dir) {
+    const counts = {};
+    const original = net.Socket.prototype._writeGeneric;
+    net.Socket.prototype._writeGeneric = function (writev, data, encoding, cb) {
+      if (this.remotePort === 5432) {
+        const first = writev
+          ? (data.map((d) => d.chunk).find((c) => Buffer.isBuffer(c) && (c[0] === 0x50 || c[0] === 0x51)) ??
+            data[0]?.chunk)
+          : data;
+        const key = statementOf(first);
+        counts[key] = (counts[key] || 0) + 1;
+      }
+      return original.call(this, writev, data, encoding, cb);
+    };
+    fs.mkdirSync(dir, { recursive: true });
+    const dump = () => fs.writeFileSync(path.join(dir, `${process.pid}.json`), JSON.stringify(counts));
+    setInterval(dump, 1000).unref();
+    process.on('exit', dump);
+  }
+}
