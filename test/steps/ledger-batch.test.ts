@@ -8,9 +8,6 @@
  * stays out. Both dialects.
  */
 import { describe, expect, it } from 'vitest';
-import { evidenceHash } from '../../src/canonical/hash';
-import type { StepEvidence } from '../../src/canonical/types';
-import { validateStepEvidence } from '../../src/canonical/validate';
 import type { StepKind } from '../../src/domain/vocab';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import type { StepHandler } from '../../src/kinds/contract';
@@ -18,7 +15,7 @@ import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
 import { sql, useTestDb } from '../support/db';
 import { expectTyped, stepRows } from '../support/ledger';
-import { createTask, effectSnapshot, loadStep, seedWithFiles } from './support';
+import { createTask, effectSnapshot, expectRecordedInOneClaim, loadStep, seedWithFiles } from './support';
 
 const t = useTestDb();
 
@@ -53,13 +50,7 @@ describe('ledger-only steps of one operation in one transaction', () => {
       ['launch_intent', 'armed'],
     ]);
     for (const { claim, outcome } of done) {
-      expect(claim.generation).toBe(1);
-      const step = await loadStep(t.db, claim.stepId);
-      expect(step).toMatchObject({ state: outcome.state, generation: 1, attempt: 1, lease_owner: null });
-      const evidence = JSON.parse(step.evidence_json!) as StepEvidence;
-      expect(() => validateStepEvidence(evidence)).not.toThrow();
-      expect(evidence.effect).toBe('present_exact');
-      expect(step.evidence_sha256).toBe(evidenceHash(evidence));
+      await expectRecordedInOneClaim(t.db, claim, outcome);
     }
     // A duplicate wake-up of any of them finds it finished: a typed conflict and nothing written.
     const after = await s.snap();

@@ -7,9 +7,6 @@
  * Both dialects.
  */
 import { describe, expect, it } from 'vitest';
-import { evidenceHash } from '../../src/canonical/hash';
-import type { StepEvidence } from '../../src/canonical/types';
-import { validateStepEvidence } from '../../src/canonical/validate';
 import { LEDGER_ONLY_KINDS, STEP_KINDS, type StepKind } from '../../src/domain/vocab';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { defaultStepHandlers } from '../../src/kinds/registry';
@@ -17,7 +14,7 @@ import type { StepHandler } from '../../src/kinds/contract';
 import { claimAndApplyLedgerStep } from '../../src/store/ledger-step';
 import { useTestDb } from '../support/db';
 import { expectTyped, stepRows } from '../support/ledger';
-import { createTask, effectSnapshot, loadStep, seedWithFiles } from './support';
+import { createTask, effectSnapshot, expectRecordedInOneClaim, seedWithFiles } from './support';
 
 const t = useTestDb();
 
@@ -48,13 +45,7 @@ describe('ledger-only steps in one transaction', () => {
     for (const kind of ['workspace_attachment', 'session_prepare', 'launch_intent'] as const) {
       const { claim, outcome } = await s.run(kind);
       expect(outcome.state).toBe(kind === 'launch_intent' ? 'armed' : 'succeeded');
-      expect(claim.generation).toBe(1);
-      const step = await loadStep(t.db, claim.stepId);
-      expect(step).toMatchObject({ state: outcome.state, generation: 1, attempt: 1, lease_owner: null });
-      const evidence = JSON.parse(step.evidence_json!) as StepEvidence;
-      expect(() => validateStepEvidence(evidence)).not.toThrow();
-      expect(evidence.effect).toBe('present_exact');
-      expect(step.evidence_sha256).toBe(evidenceHash(evidence));
+      await expectRecordedInOneClaim(t.db, claim, outcome);
     }
   });
 

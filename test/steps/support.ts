@@ -5,6 +5,10 @@
  * a driver that runs the real handlers for every step of an operation.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { expect } from 'vitest';
+import { evidenceHash } from '../../src/canonical/hash';
+import type { StepEvidence } from '../../src/canonical/types';
+import { validateStepEvidence } from '../../src/canonical/validate';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -165,4 +169,19 @@ export function executorsRunningInsert(db: Db) {
   const now = db.dialect === 'postgres' ? 'now()' : 'NOW(3)';
   return `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
           VALUES (?, ?, ?, ?, ?, '{}', 4242, 'running', ${now}, ${now})`;
+}
+
+/**
+ * A ledger-only step recorded in its one claim transaction: first claim
+ * (generation and attempt 1), lease released, and valid `present_exact`
+ * evidence whose stored hash is the hash of its canonical bytes.
+ */
+export async function expectRecordedInOneClaim(db: Db, claim: StepClaim, outcome: { state: string }): Promise<void> {
+  expect(claim.generation).toBe(1);
+  const step = await loadStep(db, claim.stepId);
+  expect(step).toMatchObject({ state: outcome.state, generation: 1, attempt: 1, lease_owner: null });
+  const evidence = JSON.parse(step.evidence_json!) as StepEvidence;
+  expect(() => validateStepEvidence(evidence)).not.toThrow();
+  expect(evidence.effect).toBe('present_exact');
+  expect(step.evidence_sha256).toBe(evidenceHash(evidence));
 }
