@@ -51,6 +51,9 @@ const LEDGER_REFUSALS: ReadonlySet<string> = new Set([
 /** The actor a promotion names (the operation row's actor checks need one; any dispatcher may promote). */
 const PROMOTION_ACTOR = 'outbox-dispatcher';
 
+/** Dispatch claim states a launch wake-up can still claim (store/launch-dispatch.ts refuses every other). */
+const CLAIMABLE: ReadonlySet<string> = new Set(['planned', 'retry_wait']);
+
 /** Why 100: one query's worth of events; a busy workspace drains in a few round trips. */
 const BATCH = 100;
 
@@ -101,9 +104,17 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOp
     }
   }
   if (immediate || unblocked) {
-    const rows = await readRows<{ delivered_at: Date | null; step_key: string | null }>(
+    // With each armed intent, the state of its dispatch claim if one exists: a claim past `planned`/`retry_wait` is
+    // being launched (or was) by whoever took it — the claim a wake-up would make refuses exactly then — and its
+    // recovery is the dispatch claim's (the reaper's dispatch pass), so this pass leaves it alone. Two processes'
+    // passes over one workspace overlap; this keeps the second from taking a claim transaction only to be refused.
+    const rows = await readRows<{ delivered_at: Date | null; step_key: string | null; dispatch_state: string | null }>(
       deps.db,
-      `SELECT e.delivered_at, s.step_key FROM event_outbox e
+      `SELECT e.delivered_at, s.step_key,
+              (SELECT c.state FROM task_launch_dispatch_claims c
+                WHERE c.creation_operation_id = e.operation_id AND c.task_id = e.task_id AND CAST(c.session_id AS CHAR(36)) = s.step_key)
+                AS dispatch_state
+         FROM event_outbox e
          LEFT JOIN task_creation_steps s
            ON s.operation_id = e.operation_id AND s.kind = 'launch_intent' AND s.state = 'armed'
         WHERE e.event_id = ?`,
@@ -112,6 +123,7 @@ async function deliver(deps: OutboxDeps, event: OutboxEvent, options: DeliveryOp
     if (rows.length === 0 || rows[0]!.delivered_at !== null) return false;
     for (const intent of rows) {
       if (intent.step_key === null) continue;
+      if (intent.dispatch_state !== null && !CLAIMABLE.has(intent.dispatch_state)) continue;
       const job: LaunchJob = { operationId: event.operation_id, taskId: event.task_id, sessionId: intent.step_key };
       if (options.launchInPlace) {
         try {

@@ -18,6 +18,7 @@ import { processOutboxJob, type OutboxEvent } from '../../src/outbox/dispatcher'
 import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
+import { claimLaunchDispatch } from '../../src/store/launch-dispatch';
 import { markTaskDone } from '../../src/store/task-done';
 import { verifyLedger } from '../../src/verify/run';
 import type { OperationAuthority } from '../../src/store/types';
@@ -96,6 +97,33 @@ describe('outbox dispatcher', () => {
     );
     expect(Number(row!.delivery_attempts)).toBe(1);
     expect(await undelivered(ws)).toBe(0);
+  });
+
+  it('leaves a launch whose dispatch claim another process holds to that claim: no launch attempt, event delivered', async () => {
+    const ws = await seedWorkspace(t.db);
+    const [taken, free] = [await completed(ws, true), await completed(ws, true)];
+    const [intent] = await sql<{ step_key: string }>(
+      t.db,
+      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
+      [taken],
+    );
+    // Another process's pass took the first launch's dispatch claim and is starting its agent.
+    const claim = await claimLaunchDispatch(t.db, { operationId: taken, sessionId: intent!.step_key }, 'other', 30_000);
+    expect('dispatchId' in claim).toBe(true);
+    const launched: string[] = [];
+    const launchInPlace = (job: LaunchJob) => Promise.resolve(launched.push(job.operationId));
+    const launchJobsBefore = (await queues.get(LAUNCH_QUEUE).getJobCounts('waiting')).waiting ?? 0;
+    const deps = { db: t.db, queues, log: silentLogger(), metrics: null };
+    expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId }, { launchInPlace })).toBe(2);
+    expect(launched).toEqual([free]);
+    expect((await queues.get(LAUNCH_QUEUE).getJobCounts('waiting')).waiting ?? 0).toBe(launchJobsBefore);
+    expect(await undelivered(ws)).toBe(0);
+    const [row] = await sql<{ state: string; lease_owner: string }>(
+      t.db,
+      'SELECT state, lease_owner FROM task_launch_dispatch_claims WHERE creation_operation_id = ?',
+      [taken],
+    );
+    expect(row).toEqual({ state: 'running', lease_owner: 'other' });
   });
 });
 
