@@ -22,13 +22,14 @@
  * `not_found`) or of the effect write nothing. No event.
  */
 import { runTransaction, type Db, type Tx } from '../db/tx';
+import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
 import { EFFECT_ROW_UNIQUES, takeLocks, type LockNeed } from './effects/row-locks';
 import type { ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
-import type { StepRef } from './step-rows';
+import { verifyStepRequest, type StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
 
 /** A kind's effect and record inside the claim's transaction (exported by each ledger kind's effect module). */
@@ -103,8 +104,19 @@ export async function claimAndApplyLedgerSteps(
     async (tx) => {
       const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs);
       const steps = first.ctx.steps;
+      // A sibling whose stored request no longer matches the plan stays out: its own wake-up reports that
+      // (`evidence_mismatch`), and it does not hold back the step this wake-up was sent for.
+      const matchesPlan = (s: StepRow) => {
+        try {
+          verifyStepRequest(s, first.ctx.guarded.plan);
+          return true;
+        } catch (err) {
+          if (isTaskLedgerError(err, 'evidence_mismatch')) return false;
+          throw err;
+        }
+      };
       const runnable = (s: StepRow) =>
-        s.id !== first.claim.stepId && s.state === 'planned' && kinds[s.kind] !== undefined;
+        s.id !== first.claim.stepId && s.state === 'planned' && kinds[s.kind] !== undefined && matchesPlan(s);
       const siblings = steps.filter((s) => s.kind !== 'launch_intent' && runnable(s));
       const batch = new Set([first.claim.stepId, ...siblings.map((s) => s.id)]);
       const launch = steps.find(

@@ -101,6 +101,19 @@ describe('ledger-only steps of one operation in one transaction', () => {
     ).toEqual(['launch_intent', 'session_prepare']);
   });
 
+  it('a sibling whose stored request no longer matches the plan stays out and holds nothing back', async () => {
+    const s = await setup();
+    const session = s.rows.find((r) => r.kind === 'session_prepare')!;
+    await sql(t.db, 'UPDATE task_creation_steps SET request_sha256 = ? WHERE id = ?', ['e'.repeat(64), session.id]);
+    const done = await s.run('workspace_attachment');
+    expect(done.map((d) => [d.claim.kind, d.outcome.state])).toEqual([['workspace_attachment', 'succeeded']]);
+    expect(await loadStep(t.db, session.id)).toMatchObject({ state: 'planned', generation: 0 });
+    // Its own wake-up reports the contradiction, with nothing written.
+    const before = await s.snap();
+    await expectTyped(s.run('session_prepare'), 'evidence_mismatch');
+    expect(await s.snap()).toBe(before);
+  });
+
   it('a sibling waiting out its back-off (retry_wait) is not taken early', async () => {
     const s = await setup();
     const session = s.rows.find((r) => r.kind === 'session_prepare')!;
