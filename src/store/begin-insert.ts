@@ -92,6 +92,12 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> 
   return awaitsBlockers;
 }
 
+/** A settled result's value, or its error thrown (so checks run, and fail, in the order they are written). */
+function settledValue<T>(r: PromiseSettledResult<T>): T {
+  if (r.status === 'rejected') throw r.reason;
+  return r.value;
+}
+
 export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {
   const { plan, rows } = input.built;
   const manifest = manifestHash(plan);
@@ -100,36 +106,41 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
     db,
     'BeginTaskCreation',
     async (tx) => {
-      // Tier 1: the workspace fence (shared: creations run in parallel; deletion takes it exclusively).
+      // Tiers 1 (the workspace fence, shared: creations run in parallel; deletion takes it exclusively), 1.5 (the
+      // actor's authority), 2 (the placement's admission row) and 4.1 (archive / deletion membership barriers
+      // covering this workspace): issued together in lock order, one round trip (Tx.batch), then checked in that
+      // order, so the refusal is the one the first failing check gives.
       tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
-      const ws = await tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
+      const wsRead = tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
         plan.workspace_id,
       ]);
-      // A workspace being deleted answers as one that does not exist (its deletion committed after authorize()).
-      if (!ws || ws.state !== 'active') throw new TaskLedgerError('not_authorized', 'task not created', {});
-      await lockAuthorityLocked(tx, input.actor, 'not_authorized');
-
-      // Tier 2: admission row of the placement.
+      const authority = lockAuthorityLocked(tx, input.actor, 'not_authorized');
+      let stepRead: Promise<unknown> = Promise.resolve(true);
       if (plan.workflow_step_id !== null) {
         tx.lockRow(TIER.WORKFLOW, 'workflow_steps', plan.workflow_step_id);
-        const step = await tx.one(`SELECT id FROM workflow_steps WHERE id = ? AND workspace_id = ? ${tx.forShare}`, [
+        stepRead = tx.one(`SELECT id FROM workflow_steps WHERE id = ? AND workspace_id = ? ${tx.forShare}`, [
           plan.workflow_step_id,
           plan.workspace_id,
         ]);
-        if (!step)
-          throw new TaskLedgerError('invalid_request', '/workflow_step_id: workflow step no longer exists', {
-            field: '/workflow_step_id',
-          });
       }
-
-      // Tier 4.1: archive / deletion membership barriers covering this workspace.
-      const barriers = await tx.rows<{ operation_id: string }>(
+      const barriersRead = tx.rows<{ operation_id: string }>(
         `SELECT operation_id FROM archive_membership_barriers WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
         [plan.workspace_id],
       );
-      for (const b of barriers)
+      const [ws, authorized, step, barriers] = await Promise.allSettled([wsRead, authority, stepRead, barriersRead]);
+      // A workspace being deleted answers as one that does not exist (its deletion committed after authorize()).
+      const wsRow = settledValue(ws);
+      if (!wsRow || wsRow.state !== 'active') throw new TaskLedgerError('not_authorized', 'task not created', {});
+      settledValue(authorized);
+      if (!settledValue(step)) {
+        throw new TaskLedgerError('invalid_request', '/workflow_step_id: workflow step no longer exists', {
+          field: '/workflow_step_id',
+        });
+      }
+      const fences = settledValue(barriers);
+      for (const b of fences)
         tx.lockRow(TIER.BARRIER, 'archive_membership_barriers', `${b.operation_id}:${plan.workspace_id}`);
-      if (barriers.length > 0) {
+      if (fences.length > 0) {
         throw new ConflictError('creation_state_conflict', 'workspace is fenced by an archive or deletion operation', {
           workspace_id: plan.workspace_id,
         });

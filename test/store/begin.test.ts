@@ -220,6 +220,21 @@ describe('authorization', () => {
     await expectTyped(begin(t.db, ws, {}), 'not_authorized');
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
   });
+
+  it('refuses under an active archive or deletion barrier (checked in the transaction), writing nothing', async () => {
+    const ws = await seedWorkspace(t.db);
+    const barrier = randomUUID();
+    await sql(
+      t.db,
+      "INSERT INTO archive_membership_barriers (operation_id, scope_workspace_id, kind, state) VALUES (?, ?, 'archive', 'active')",
+      [barrier, ws.workspaceId],
+    );
+    await expectTyped(begin(t.db, ws, {}), 'creation_state_conflict');
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+    // Released, it fences nothing.
+    await sql(t.db, "UPDATE archive_membership_barriers SET state = 'released' WHERE operation_id = ?", [barrier]);
+    expect((await begin(t.db, ws, {})).outcome).toBe('Created');
+  });
 });
 
 describe('bad input', () => {
