@@ -12,6 +12,7 @@ import { readRows, type Db } from '../db/tx';
 import type { CreateTaskRequest } from '../plan/create-request';
 import type { PlanContext } from '../plan/build-plan';
 import { parseCanonical } from '../canonical/canonical-json';
+import { settledValue } from './settled';
 
 export interface ContextDeps {
   dataDir: string;
@@ -235,14 +236,27 @@ export async function resolvePlanContext(
   taskId: string,
   deps: ContextDeps,
 ): Promise<PlanContext> {
-  const workflow = await resolveWorkflow(db, req);
-  const parent = await resolveParent(db, req);
-  await resolveBlockers(db, req);
-  const environments = await resolveEnvironments(db, req, parent);
-  const groups = await resolveGroups(db, req, parent);
-  const repositories = await resolveRepositories(db, req, deps);
-  const attachments = await resolveAttachments(db, req);
-  const agentProfile = await resolveAgentProfile(db, req);
+  // Independent reads run together (environments and groups follow the parent they may inherit from); the
+  // results are taken in this order, so a request with several bad references gets the first one's error.
+  const parentRead = resolveParent(db, req);
+  const [wf, par, blk, envs, grp, repos, att, prof] = await Promise.allSettled([
+    resolveWorkflow(db, req),
+    parentRead,
+    resolveBlockers(db, req),
+    parentRead.then((p) => resolveEnvironments(db, req, p)),
+    parentRead.then((p) => resolveGroups(db, req, p)),
+    resolveRepositories(db, req, deps),
+    resolveAttachments(db, req),
+    resolveAgentProfile(db, req),
+  ]);
+  const workflow = settledValue(wf);
+  const parent = settledValue(par);
+  settledValue(blk);
+  const environments = settledValue(envs);
+  const groups = settledValue(grp);
+  const repositories = settledValue(repos);
+  const attachments = settledValue(att);
+  const agentProfile = settledValue(prof);
   return {
     taskId,
     workspaceId: req.workspace_id,

@@ -24,6 +24,7 @@ import { lockAuthorityLocked } from './actor';
 import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
 import { findByExternalIdLocked, isSettled, readTaskViewLocked } from './task-view';
 import type { TaskView } from './types';
+import { settledValue } from './settled';
 
 export interface InsertInput {
   operationId: string;
@@ -90,12 +91,6 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> 
     if (blockers.has(id) && row.lifecycle_state !== 'done') awaitsBlockers = true;
   }
   return awaitsBlockers;
-}
-
-/** A settled result's value, or its error thrown (so checks run, and fail, in the order they are written). */
-function settledValue<T>(r: PromiseSettledResult<T>): T {
-  if (r.status === 'rejected') throw r.reason;
-  return r.value;
 }
 
 export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {

@@ -275,6 +275,34 @@ describe('bad input', () => {
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
   });
 
+  it('with several unknown references, names the first in the order they are checked, every time', async () => {
+    const ws = await seedWorkspace(t.db);
+    // The references resolve concurrently; the error is still the first one's (workflow step, then parent, then
+    // blockers, ..., then the agent profile), whichever read answers first.
+    const body = {
+      workflow_step_id: randomUUID(),
+      parent_id: randomUUID(),
+      blocked_by: [randomUUID()],
+      attachments: [randomUUID()],
+      start_agent: true,
+      agent_profile_id: randomUUID(),
+    };
+    for (const [drop, field] of [
+      [[], '/workflow_step_id'],
+      [['workflow_step_id'], '/parent_id'],
+      [['workflow_step_id', 'parent_id'], '/blocked_by/0'],
+      [['workflow_step_id', 'parent_id', 'blocked_by'], '/attachments/0'],
+      [['workflow_step_id', 'parent_id', 'blocked_by', 'attachments'], '/agent_profile_id'],
+    ] as const) {
+      const rest: Record<string, unknown> = { ...body };
+      for (const k of drop) delete rest[k];
+      for (let i = 0; i < 3; i++) {
+        await expect(begin(t.db, ws, rest)).rejects.toMatchObject({ code: 'invalid_request', field });
+      }
+    }
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+
   it('rejects a repository path that is not a Git repository, naming the repository', async () => {
     const ws = await seedWorkspace(t.db);
     await sql(t.db, 'UPDATE repositories SET path = ? WHERE id = ?', [ws.dataDir, ws.repositoryId]);
