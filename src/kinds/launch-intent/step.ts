@@ -10,30 +10,18 @@
  * observe (read-only): armed with this exact intent and no dispatch ->
  * present; not armed and no dispatch -> absent; else conflict.
  */
+import { ledgerOnlyHandler } from '../ledger-only';
 import {
   armExactLaunchIntent,
   armExactLaunchIntentLocked,
   launchIntentApplyLocks,
   observeLaunchIntent,
 } from './ledger';
-import { failpoint } from '../../failpoints';
-import type { StepHandler } from '../contract';
 
-export const launchIntentHandler: StepHandler<'launch_intent'> = {
+export const launchIntentHandler = ledgerOnlyHandler({
   kind: 'launch_intent',
+  apply: armExactLaunchIntent,
   applyInClaim: armExactLaunchIntentLocked,
   applyLocks: launchIntentApplyLocks,
-  async perform(deps, claim) {
-    // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
-    // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).
-    await failpoint('after_effect_before_record', {
-      kind: claim.kind,
-      operationId: claim.operationId,
-      stepId: claim.stepId,
-    });
-    return (await armExactLaunchIntent(deps.db, claim)).state;
-  },
-  observe(deps, step) {
-    return observeLaunchIntent(deps.db, step);
-  },
-};
+  observe: observeLaunchIntent,
+});

@@ -8,30 +8,18 @@
  * observe (read-only): exact session and marker rows with no runtime ->
  * present; none of them and no runtime -> absent; else conflict.
  */
+import { ledgerOnlyHandler } from '../ledger-only';
 import {
   applySessionPrepare,
   applySessionPrepareLocked,
   observeSessionPrepare,
   sessionPrepareApplyLocks,
 } from './ledger';
-import { failpoint } from '../../failpoints';
-import type { StepHandler } from '../contract';
 
-export const sessionPrepareHandler: StepHandler<'session_prepare'> = {
+export const sessionPrepareHandler = ledgerOnlyHandler({
   kind: 'session_prepare',
+  apply: applySessionPrepare,
   applyInClaim: applySessionPrepareLocked,
   applyLocks: sessionPrepareApplyLocks,
-  async perform(deps, claim) {
-    // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
-    // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).
-    await failpoint('after_effect_before_record', {
-      kind: claim.kind,
-      operationId: claim.operationId,
-      stepId: claim.stepId,
-    });
-    return (await applySessionPrepare(deps.db, claim)).state;
-  },
-  observe(deps, step) {
-    return observeSessionPrepare(deps.db, step);
-  },
-};
+  observe: observeSessionPrepare,
+});

@@ -9,30 +9,18 @@
  * observe (read-only): exact rows and references -> present; every row this
  * step would own absent -> absent; partial, foreign or changed -> conflict.
  */
+import { ledgerOnlyHandler } from '../ledger-only';
 import {
   applyWorkspaceAttachment,
   applyWorkspaceAttachmentLocked,
   observeWorkspaceAttachment,
   workspaceAttachmentApplyLocks,
 } from './ledger';
-import { failpoint } from '../../failpoints';
-import type { StepHandler } from '../contract';
 
-export const workspaceAttachmentHandler: StepHandler<'workspace_attachment'> = {
+export const workspaceAttachmentHandler = ledgerOnlyHandler({
   kind: 'workspace_attachment',
+  apply: applyWorkspaceAttachment,
   applyInClaim: applyWorkspaceAttachmentLocked,
   applyLocks: workspaceAttachmentApplyLocks,
-  async perform(deps, claim) {
-    // Effect and record are one transaction here, so the lost-ack window is empty: the failpoint sits just
-    // before that transaction, where a crash leaves a claimed step with no effect (observed absent -> retry).
-    await failpoint('after_effect_before_record', {
-      kind: claim.kind,
-      operationId: claim.operationId,
-      stepId: claim.stepId,
-    });
-    return (await applyWorkspaceAttachment(deps.db, claim)).state;
-  },
-  observe(deps, step) {
-    return observeWorkspaceAttachment(deps.db, step);
-  },
-};
+  observe: observeWorkspaceAttachment,
+});
