@@ -24,6 +24,9 @@
 import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FAILPOINT_EXIT_CODE } from '../../src/failpoints';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import { verifyLedger } from '../../src/verify/run';
+import { realDeps } from '../compensation/support';
 import { sql } from '../support/db';
 import { useTestDb } from '../support/db';
 import {
@@ -369,6 +372,13 @@ describe('SIGKILLed and crashed worker processes', () => {
       // Every completed task with a delivered event has its launch claimed (succeeded, or awaiting reconciliation).
       expect(claims.filter((c) => completedTasks.has(c.task_id))).toHaveLength(completed.length);
       expect(claims.filter((c) => c.state === 'succeeded').length).toBeGreaterThan(0);
+
+      // --- the ledger agrees with itself (taskledger verify: hashes, invariants, one event per task) -----------
+      const report = await verifyLedger(
+        { db: t.db, effects: realDeps(t.db, world.ws.dataDir), handlers: defaultStepHandlers },
+        { workspaceId: world.ws.workspaceId, observe: false, maxDrift: 50, pageSize: 50 },
+      );
+      expect(report.drift).toEqual([]);
     },
   );
 });
