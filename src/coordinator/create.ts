@@ -8,11 +8,11 @@ import { readRows, type Db } from '../db/tx';
 import { failpoint } from '../failpoints';
 import type { Metrics } from '../metrics';
 import { beginTaskCreation } from '../store/begin';
-import { getTaskView } from '../store/task-view';
-import type { Principal } from '../store/types';
+import { TASK_VIEW_COLUMNS, toTaskView } from '../store/task-view';
+import type { Principal, TaskView } from '../store/types';
 import type { CreateTaskFn, CreateTaskOptions, CreateTaskOutcome } from './create-task';
 import type { CreationEvents } from './creation-events';
-import { enqueueRunnable } from './enqueue';
+import { enqueuePlanned } from './enqueue';
 import type { QueueSet } from './queues';
 
 export const DEFAULT_WAIT_MS = 15_000;
@@ -37,6 +37,38 @@ function nextPoll(ms: number): number {
   return Math.min(MAX_POLL_MS, ms * 2);
 }
 
+interface EndRead {
+  state: string;
+  abort_cause: string | null;
+  result_outcome: string | null;
+  /** The task as it is now (null once an abort deleted its row). */
+  task: TaskView | null;
+}
+
+/** The operation's state and its task's view, in one read (one round trip per look). */
+async function readEnd(db: Db, operationId: string): Promise<EndRead | null> {
+  const cols = TASK_VIEW_COLUMNS.split(', ')
+    .map((c) => `t.${c} AS t_${c}`)
+    .join(', ');
+  const rows = await readRows<Record<string, unknown>>(
+    db,
+    `SELECT o.state, o.abort_cause, o.result_outcome, ${cols}
+       FROM task_creation_operations o LEFT JOIN tasks t ON t.id = o.task_id WHERE o.id = ?`,
+    [operationId],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  const task = Object.fromEntries(
+    TASK_VIEW_COLUMNS.split(', ').map((c) => [c, row[`t_${c}`]]),
+  ) as unknown as Parameters<typeof toTaskView>[0];
+  return {
+    state: row.state as string,
+    abort_cause: (row.abort_cause as string | null) ?? null,
+    result_outcome: (row.result_outcome as string | null) ?? null,
+    task: row.t_id == null ? null : toTaskView(task),
+  };
+}
+
 async function waitForEnd(db: Db, events: CreationEvents, operationId: string, deadline: number) {
   // Not awaited: until the subscription is up (first request of a process), the poll alone serves.
   if (deadline > Date.now()) void events.ready();
@@ -47,15 +79,10 @@ async function waitForEnd(db: Db, events: CreationEvents, operationId: string, d
     // Registered before the read, so an announcement between the read and the wait is not missed.
     const ended = events.signal(operationId);
     if (read) {
-      const rows = await readRows<{ state: string; abort_cause: string | null; result_outcome: string | null }>(
-        db,
-        'SELECT state, abort_cause, result_outcome FROM task_creation_operations WHERE id = ?',
-        [operationId],
-      );
-      const op = rows[0];
+      const op = await readEnd(db, operationId);
       if ((op && (op.state === 'completed' || op.state === 'aborted')) || Date.now() >= deadline) {
         ended.cancel();
-        return op ?? null;
+        return op;
       }
     }
     read = true;
@@ -92,9 +119,10 @@ export function makeCreateTask(deps: CreateDeps): CreateTaskFn {
       operationId: res.operationId,
       workspaceId: res.task.workspace_id,
     });
-    await enqueueRunnable(deps.db, deps.queues, res.operationId);
+    await enqueuePlanned(deps.queues, res.operationId, res.steps);
     const op = await waitForEnd(deps.db, deps.queues.creationEvents, res.operationId, started + waitMs);
-    const task = (await getTaskView(deps.db, res.task.id)) ?? res.task;
+    // The task as the last look saw it (Begin's view when no look was made, or the row is gone).
+    const task = op?.task ?? res.task;
     if (op?.state === 'completed') {
       const outcome = op.result_outcome === 'CreatedIdentityLost' ? 'CreatedIdentityLost' : 'Created';
       deps.metrics?.creations.inc({ outcome });

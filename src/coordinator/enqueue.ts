@@ -10,11 +10,13 @@
  * share one wake-up: only the first is sent, and the worker that runs it runs
  * the others in turn (inline, or by calling this again when it is done), each
  * in its own one-transaction claim. A crash in between leaves the rest
- * `planned` for the next call or the sweep.
+ * `planned` for the next call or the sweep. Right after Begin,
+ * `enqueuePlanned` sends the same first wake-ups from the rows Begin wrote.
  */
 import { completeJobId, COMPLETE_QUEUE, stepJobId, type CompleteJob, type StepJob } from '../../queues/names';
 import { readRows, type Db } from '../db/tx';
 import { LEDGER_ONLY_KINDS, type StepKind } from '../domain/vocab';
+import type { PlannedStep } from '../store/types';
 import { addWakeup, type QueueSet } from './queues';
 
 interface RunnableRow {
@@ -65,7 +67,38 @@ export async function enqueueRunnable(
       WHERE o.id = ?`,
     [operationId],
   );
-  const state = rows[0]?.op_state;
+  const steps = rows.filter((r): r is typeof r & RunnableRow => r.id !== null);
+  return sendRunnable(queues, operationId, rows[0]?.op_state, steps, options);
+}
+
+/**
+ * The first wake-ups of a creation Begin just committed, from the step rows it
+ * inserted (all `planned`, generation 0, nothing to compensate): the same jobs
+ * and job IDs `enqueueRunnable` would send after reading them back, without
+ * the read.
+ */
+export async function enqueuePlanned(
+  queues: QueueSet,
+  operationId: string,
+  planned: readonly PlannedStep[],
+): Promise<EnqueueSummary> {
+  const steps: RunnableRow[] = planned.map((s) => ({
+    ...s,
+    state: 'planned',
+    generation: 0,
+    compensation_state: 'none',
+    delay_ms: 0,
+  }));
+  return sendRunnable(queues, operationId, 'preparing', steps, {});
+}
+
+async function sendRunnable(
+  queues: QueueSet,
+  operationId: string,
+  state: string | null | undefined,
+  steps: readonly RunnableRow[],
+  options: EnqueueOptions,
+): Promise<EnqueueSummary> {
   const wakeComplete = () =>
     addWakeup(
       queues.get(COMPLETE_QUEUE),
@@ -80,7 +113,6 @@ export async function enqueueRunnable(
     return { ...none, complete: true };
   }
   if (state !== 'preparing') return none;
-  const steps = rows.filter((r): r is typeof r & RunnableRow => r.id !== null);
   if (steps.some((s) => s.state === 'failed' || s.compensation_state !== 'none')) return none;
   const others = steps.filter((s) => s.kind !== 'launch_intent');
   const othersDone = others.every((s) => s.state === 'succeeded');

@@ -23,7 +23,7 @@ import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
 import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
 import { findByExternalIdLocked, isSettled, readTaskViewLocked } from './task-view';
-import type { TaskView } from './types';
+import type { PlannedStep, TaskView } from './types';
 import { settledValue } from './settled';
 
 export interface InsertInput {
@@ -36,7 +36,7 @@ export interface InsertInput {
 }
 
 export type InsertResult =
-  | { kind: 'created'; manifestHash: string; actorBindingHash: string; task: TaskView }
+  | { kind: 'created'; manifestHash: string; actorBindingHash: string; task: TaskView; steps: PlannedStep[] }
   | { kind: 'found'; task: TaskView; outcome: BeginOutcome }
   | { kind: 'identity_reused' };
 
@@ -94,7 +94,7 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> 
 }
 
 export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {
-  const { plan, rows } = input.built;
+  const { plan } = input.built;
   const manifest = manifestHash(plan);
   const actorHash = actorBindingHash(input.actor);
   return runTransaction(
@@ -143,7 +143,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
 
       // Tier 4.2: the creation operation.
       tx.lockOperationRow('task_creation_operations', input.operationId);
-      await insertRows(
+      const opInsert = insertRows(
         tx,
         'task_creation_operations',
         [
@@ -175,6 +175,22 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         ['created_at', 'updated_at'],
       );
 
+      // The common case on PostgreSQL — no external ID, no parent or blockers, so the task tier is the new task's
+      // one-statement key lock — sends the operation row, that key lock and the identity lock in one round trip,
+      // issued in tier order (Tx.batch keeps it; the server runs them in that order and stops at the first error).
+      if (tx.dialect === 'postgres' && input.externalId === null && taskTierIsNewKeyOnly(input)) {
+        const key = tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`);
+        tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
+        const identityRead = tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);
+        const [, , identity] = await Promise.all([opInsert, key, identityRead]);
+        if (identity) {
+          tx.rollbackOnly();
+          return { kind: 'identity_reused' };
+        }
+        return insertCreationRowsLocked(tx, input, manifest, actorHash, false);
+      }
+      await opInsert;
+
       // Tier 5.1: the external-ID key, then the exact re-check under it.
       if (input.externalId !== null) {
         await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(plan.workspace_id, input.externalId));
@@ -197,121 +213,139 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         tx.rollbackOnly();
         return { kind: 'identity_reused' };
       }
-
-      // Inserts (all keys above are held).
-      const t = rows.tasks;
-      // Issued together, in this order, with the view of the new task last: one round trip (Tx.batch);
-      // a unique violation stops the rest.
-      const written = await Promise.all([
-        insertRows(
-          tx,
-          'tasks',
-          [
-            'id',
-            'workspace_id',
-            'workflow_id',
-            'workflow_step_id',
-            'parent_id',
-            'title',
-            'description',
-            'creation_state',
-            'lifecycle_state',
-            'lifecycle_generation',
-            'start_policy',
-            'wip_admitted',
-            'external_id',
-            'creation_operation_id',
-            'revision',
-            'awaits_blockers',
-          ],
-          [
-            [
-              t.id,
-              t.workspace_id,
-              t.workflow_id,
-              t.workflow_step_id,
-              t.parent_id,
-              t.title,
-              t.description,
-              'preparing',
-              'live',
-              1,
-              t.start_policy,
-              false,
-              input.externalId,
-              input.operationId,
-              0,
-              awaitsBlockers,
-            ],
-          ],
-          ['created_at', 'updated_at'],
-        ),
-        insertRows(
-          tx,
-          'task_identities',
-          ['task_id', 'workspace_id', 'operation_id', 'state'],
-          [[rows.task_identities.task_id, rows.task_identities.workspace_id, input.operationId, 'preparing']],
-          ['created_at', 'updated_at'],
-        ),
-        insertRows(
-          tx,
-          'task_repositories',
-          ['task_id', 'repository_id', 'workspace_id', 'position', 'base_branch', 'fresh_branch'],
-          rows.task_repositories.map((r) => [
-            r.task_id,
-            r.repository_id,
-            r.workspace_id,
-            r.position,
-            r.base_branch,
-            r.fresh_branch,
-          ]),
-          ['created_at'],
-        ),
-        insertRows(
-          tx,
-          'task_environments',
-          ['id', 'workspace_id', 'task_id', 'kind', 'operation_id'],
-          rows.task_environments.map((e) => [e.id, e.workspace_id, e.task_id, e.kind, input.operationId]),
-          ['created_at'],
-        ),
-        insertRows(
-          tx,
-          'task_creation_steps',
-          [
-            'id',
-            'operation_id',
-            'task_id',
-            'workspace_id',
-            'kind',
-            'step_key',
-            'request_json',
-            'request_sha256',
-            'idempotency_key',
-            'state',
-          ],
-          plan.steps.map((s) => {
-            const requestSha = stepRequestHash(s.request);
-            return [
-              input.newId(),
-              input.operationId,
-              plan.task_id,
-              plan.workspace_id,
-              s.kind,
-              s.step_key,
-              canonicalJson(s.request),
-              requestSha,
-              idempotencyKey(input.operationId, s.kind, s.step_key, requestSha),
-              'planned',
-            ];
-          }),
-          ['created_at', 'updated_at'],
-        ),
-        readTaskViewLocked(tx, plan.task_id),
-      ]);
-      const task = written[written.length - 1] as TaskView | null;
-      if (!task) throw new Error(`task ${plan.task_id} is not readable inside the transaction that inserted it`);
-      return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task };
+      return insertCreationRowsLocked(tx, input, manifest, actorHash, awaitsBlockers);
     },
     { restartOnUnique: ['uq_tasks_workspace_external_id'] },
   );
+}
+
+/** True when the task tier holds only the new task's key: no parent, no blockers. */
+function taskTierIsNewKeyOnly(input: InsertInput): boolean {
+  const { plan } = input.built;
+  return !plan.parent_id && planBlockerIds(plan).length === 0;
+}
+
+/** Begin's inserts, once every key (tiers 1 to 6) is held; returns the new task's view. */
+async function insertCreationRowsLocked(
+  tx: Tx,
+  input: InsertInput,
+  manifest: string,
+  actorHash: string,
+  awaitsBlockers: boolean,
+): Promise<InsertResult> {
+  const { plan, rows } = input.built;
+  const steps: PlannedStep[] = plan.steps.map((s) => ({ id: input.newId(), kind: s.kind, step_key: s.step_key }));
+  // Inserts (all keys above are held).
+  const t = rows.tasks;
+  // Issued together, in this order, with the view of the new task last: one round trip (Tx.batch);
+  // a unique violation stops the rest.
+  const written = await Promise.all([
+    insertRows(
+      tx,
+      'tasks',
+      [
+        'id',
+        'workspace_id',
+        'workflow_id',
+        'workflow_step_id',
+        'parent_id',
+        'title',
+        'description',
+        'creation_state',
+        'lifecycle_state',
+        'lifecycle_generation',
+        'start_policy',
+        'wip_admitted',
+        'external_id',
+        'creation_operation_id',
+        'revision',
+        'awaits_blockers',
+      ],
+      [
+        [
+          t.id,
+          t.workspace_id,
+          t.workflow_id,
+          t.workflow_step_id,
+          t.parent_id,
+          t.title,
+          t.description,
+          'preparing',
+          'live',
+          1,
+          t.start_policy,
+          false,
+          input.externalId,
+          input.operationId,
+          0,
+          awaitsBlockers,
+        ],
+      ],
+      ['created_at', 'updated_at'],
+    ),
+    insertRows(
+      tx,
+      'task_identities',
+      ['task_id', 'workspace_id', 'operation_id', 'state'],
+      [[rows.task_identities.task_id, rows.task_identities.workspace_id, input.operationId, 'preparing']],
+      ['created_at', 'updated_at'],
+    ),
+    insertRows(
+      tx,
+      'task_repositories',
+      ['task_id', 'repository_id', 'workspace_id', 'position', 'base_branch', 'fresh_branch'],
+      rows.task_repositories.map((r) => [
+        r.task_id,
+        r.repository_id,
+        r.workspace_id,
+        r.position,
+        r.base_branch,
+        r.fresh_branch,
+      ]),
+      ['created_at'],
+    ),
+    insertRows(
+      tx,
+      'task_environments',
+      ['id', 'workspace_id', 'task_id', 'kind', 'operation_id'],
+      rows.task_environments.map((e) => [e.id, e.workspace_id, e.task_id, e.kind, input.operationId]),
+      ['created_at'],
+    ),
+    insertRows(
+      tx,
+      'task_creation_steps',
+      [
+        'id',
+        'operation_id',
+        'task_id',
+        'workspace_id',
+        'kind',
+        'step_key',
+        'request_json',
+        'request_sha256',
+        'idempotency_key',
+        'state',
+      ],
+      plan.steps.map((s, i) => {
+        const requestSha = stepRequestHash(s.request);
+        return [
+          steps[i]!.id,
+          input.operationId,
+          plan.task_id,
+          plan.workspace_id,
+          s.kind,
+          s.step_key,
+          canonicalJson(s.request),
+          requestSha,
+          idempotencyKey(input.operationId, s.kind, s.step_key, requestSha),
+          'planned',
+        ];
+      }),
+      ['created_at', 'updated_at'],
+    ),
+    readTaskViewLocked(tx, plan.task_id),
+  ]);
+  const task = written[written.length - 1] as TaskView | null;
+  if (!task) throw new Error(`task ${plan.task_id} is not readable inside the transaction that inserted it`);
+  return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task, steps };
 }

@@ -59,6 +59,7 @@ function foundResult(task: NonNullable<Awaited<ReturnType<typeof findByExternalI
     outcome: isSettled(task.creation_state) ? 'FoundSettled' : 'FoundUnsettled',
     handle: null,
     operationId: task.creation_operation_id,
+    steps: [],
   };
 }
 
@@ -96,7 +97,13 @@ export async function beginTaskCreation(
       newId,
     });
     if (res.kind === 'found')
-      return { task: res.task, outcome: res.outcome, handle: null, operationId: res.task.creation_operation_id };
+      return {
+        task: res.task,
+        outcome: res.outcome,
+        handle: null,
+        operationId: res.task.creation_operation_id,
+        steps: [],
+      };
     if (res.kind === 'identity_reused') {
       throw new TaskLedgerError('task_identity_reused', `task ID ${taskId} was already used; nothing was written`, {
         task_id: taskId,
@@ -110,7 +117,7 @@ export async function beginTaskCreation(
       actorBindingHash: res.actorBindingHash,
       manifestHash: res.manifestHash,
     });
-    return { task: res.task, outcome: 'Created', handle, operationId };
+    return { task: res.task, outcome: 'Created', handle, operationId, steps: res.steps };
   } catch (err) {
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {
       const found = await findByExternalId(db, workspaceId, externalId);

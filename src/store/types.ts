@@ -100,12 +100,21 @@ export interface TaskView {
   created_at: Date;
 }
 
+/** A step row Begin inserted (`planned`, generation 0): what its first wake-up names. */
+export interface PlannedStep {
+  id: string;
+  kind: StepKind;
+  step_key: string;
+}
+
 export interface BeginResult {
   task: TaskView;
   outcome: BeginOutcome;
   /** Non-null only for `Created`. */
   handle: CreationHandle | null;
   operationId: string;
+  /** The step rows Begin inserted (`Created` only; empty otherwise), for the first wake-up. */
+  steps: readonly PlannedStep[];
 }
 
 export interface CompleteResult {

@@ -127,12 +127,16 @@ describe('BeginTaskCreation outcomes', () => {
     expect(await writes(t.db, ws.workspaceId)).toEqual([1, 1, 2, 1, 0]);
   });
 
-  it('a reused task identity returns task_identity_reused with nothing written', async () => {
+  // Without an external ID, PostgreSQL sends the operation row, the task key and the identity lock in one round trip.
+  it.each([
+    ['with an external ID', { external_id: 'other' }],
+    ['without one', {}],
+  ])('a reused task identity returns task_identity_reused with nothing written (%s)', async (_name, extra) => {
     const ws = await seedWorkspace(t.db);
     const taskId = randomUUID();
     await begin(t.db, ws, { task_id: taskId });
     const before = await writes(t.db, ws.workspaceId);
-    await expectTyped(begin(t.db, ws, { task_id: taskId, external_id: 'other' }), 'task_identity_reused');
+    await expectTyped(begin(t.db, ws, { task_id: taskId, ...extra }), 'task_identity_reused');
     expect(await writes(t.db, ws.workspaceId)).toEqual(before);
   });
 });
