@@ -508,6 +508,41 @@ async function readOnce<T>(db: Db, sql: string, params: SqlParam[]): Promise<T[]
   }
 }
 
+/**
+ * One write statement in autocommit — its own one-statement transaction —
+ * for a compare-and-set on a single row that may run twice: applying it
+ * again must give the answer applying it once gives (a lease renewal by the
+ * claim's own owner). It holds one row lock for one statement, so no tier
+ * order is at stake, and it costs one round trip instead of a transaction's
+ * two. A lost connection runs it again, as `readRows` does.
+ */
+export async function execIdempotent(db: Db, sql: string, params: SqlParam[] = []): Promise<number> {
+  for (let attempt = 1; ; attempt++) {
+    const qr = db.ds.createQueryRunner();
+    try {
+      await qr.connect();
+      if (db.dialect === 'mysql') await ensureSession(qr, db.dialect);
+      const res = await qr.query(toDialectSql(db.dialect, sql), params, true);
+      return Number(res.affected ?? 0);
+    } catch (err) {
+      if (!isConnectionLost(err)) throw err;
+      discardConnection(qr, db.dialect, err);
+      countConnectionLoss();
+      if (attempt >= LOST_ATTEMPTS) {
+        throw new TaskLedgerError(
+          'database_unavailable',
+          `the database connection was lost ${attempt} times during an idempotent write`,
+          {},
+          { cause: err },
+        );
+      }
+      await sleep(backoff(LOST_BACKOFF_BASE_MS, LOST_BACKOFF_CAP_MS, attempt));
+    } finally {
+      await qr.release();
+    }
+  }
+}
+
 /** MySQL returns booleans as 0/1. */
 export function bool(v: unknown): boolean {
   return v === true || v === 1 || v === '1';

@@ -14,7 +14,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LaunchJob } from '../../queues/names';
 import { parseCanonical } from '../canonical/canonical-json';
-import { readRows, type Db } from '../db/tx';
+import type { Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import {
@@ -45,26 +45,14 @@ export interface LaunchWorkerDeps {
  * What to start: the agent profile's command as it is now, and whether it is still the configuration the
  * creation bound (`launch_config_sha256`, plan/launch-config.ts) — a profile changed since Begin must not run.
  */
-async function launchSpec(db: Db, claim: DispatchClaim, dataDir: string) {
+function launchSpec(claim: DispatchClaim, dataDir: string) {
   const { taskId } = claim;
-  // One round trip: the profile's executor, the session's environment and the task's first worktree.
-  const [row] = await readRows<{
-    executor_json: string | null;
-    environment_id: string | null;
-    worktree_path: string | null;
-  }>(
-    db,
-    `SELECT (SELECT executor_json FROM agent_profiles WHERE id = ?) AS executor_json,
-            (SELECT environment_id FROM task_sessions WHERE id = ?) AS environment_id,
-            (SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
-              WHERE e.task_id = ? AND r.worktree_path IS NOT NULL ORDER BY r.id LIMIT 1) AS worktree_path`,
-    [claim.request.agent_profile_id, claim.sessionId, taskId],
-  );
-  const executor = parseCanonical(row?.executor_json ?? '{}', { requireCanonical: false }) as {
+  const row = claim.spec;
+  const executor = parseCanonical(row.executor_json ?? '{}', { requireCanonical: false }) as {
     command?: string[];
   };
   const bound =
-    row?.executor_json != null &&
+    row.executor_json != null &&
     row.environment_id != null &&
     launchConfigSha256({
       agent_profile_id: claim.request.agent_profile_id,
@@ -73,7 +61,7 @@ async function launchSpec(db: Db, claim: DispatchClaim, dataDir: string) {
       task_id: taskId,
       task_environment_id: row.environment_id,
     }) === claim.request.launch_config_sha256;
-  let cwd = row?.worktree_path ?? null;
+  let cwd = row.worktree_path ?? null;
   if (!cwd) {
     cwd = join(dataDir, 'tasks', taskId);
     mkdirSync(cwd, { recursive: true });
@@ -119,7 +107,7 @@ export async function processLaunchJob(
     operationId: claim.operationId,
     sessionId: claim.sessionId,
   });
-  const spec = await launchSpec(deps.db, claim, deps.dataDir);
+  const spec = launchSpec(claim, deps.dataDir);
   if (!spec.bound) {
     // The agent profile changed (or is gone) since Begin: its command is not the launch this creation proved.
     const ended = await abandonLaunchDispatch(deps.db, claim, {

@@ -20,11 +20,13 @@
  * `running -> succeeded` with the runtime handle and evidence, session
  * `running`, one `executors_running` row. failLaunchDispatch — `running ->
  * retry_wait` (authenticated no-dispatch proof) or `unknown`.
- * confirmLaunchDispatchClaim — locks only the dispatch claim 8.2: the
- * compare-and-set that renews the lease of a live `running` claim of this
- * generation and owner, re-checked right before the runtime is started, so a
- * stale claim (expired, recovered, retried by a later generation) performs no
- * I/O. claimLaunchDispatch with an expected generation refuses a wake-up sent
+ * confirmLaunchDispatchClaim — one autocommit statement on the dispatch
+ * claim 8.2 alone: the compare-and-set that renews the lease of a live
+ * `running` claim of this generation and owner, re-checked right before the
+ * runtime is started, so a stale claim (expired, recovered, retried by a
+ * later generation, fenced by a deletion) performs no I/O. The claim also
+ * reads the launch spec (agent profile, session environment, worktree) with
+ * its writes, so the start needs no read of its own. claimLaunchDispatch with an expected generation refuses a wake-up sent
  * for another generation (a stale launch job).
  * No event is written; the agent never starts before `task.created` exists.
  */
@@ -33,7 +35,8 @@ import { domainHash } from '../canonical/hash';
 import type { LaunchIntentRequest } from '../canonical/types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
-import { runTransaction, type Db, type Tx } from '../db/tx';
+import { execIdempotent, runTransaction, type Db, type Tx } from '../db/tx';
+import { nowPlusMsSql, nowSql } from '../db/dialect';
 import { verifyStoredEvidence } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type GuardOptions, type OperationRow } from './operation-guard';
 import { admitLocked, admittedCountLocked, enqueueLocked } from './wip-admission';
@@ -52,7 +55,21 @@ export interface DispatchClaim {
   readonly idempotencyKey: string;
   readonly request: LaunchIntentRequest;
   readonly requestSha256: string;
+  /** What to start, read in the claim's transaction (launch/launch-worker.ts checks it against the binding). */
+  readonly spec: LaunchSpecRow;
 }
+
+/** The agent profile's executor as it is now, the session's environment and the task's first worktree. */
+export interface LaunchSpecRow {
+  executor_json: string | null;
+  environment_id: string | null;
+  worktree_path: string | null;
+}
+
+const LAUNCH_SPEC_SQL = `SELECT (SELECT executor_json FROM agent_profiles WHERE id = ?) AS executor_json,
+        (SELECT environment_id FROM task_sessions WHERE id = ?) AS environment_id,
+        (SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
+          WHERE e.task_id = ? AND r.worktree_path IS NOT NULL ORDER BY r.id LIMIT 1) AS worktree_path`;
 
 export interface RuntimeProof {
   pid: number | null;
@@ -202,13 +219,15 @@ async function claimOnceLocked(
     target.sessionId,
   ]);
   if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
-  const [changed] = await Promise.all([
+  // The writes and the launch spec's read travel together (one round trip, in this order, Tx.batch).
+  const [changed, spec] = await Promise.all([
     tx.exec(
       `UPDATE task_launch_dispatch_claims SET state = 'running', generation = generation + 1, attempt = attempt + 1,
               lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
         WHERE id = ? AND generation = ? AND state = ?`,
       [owner, leaseMs, row.id, Number(row.generation), row.state],
     ),
+    tx.one<LaunchSpecRow>(LAUNCH_SPEC_SQL, [p.request.agent_profile_id, target.sessionId, op.task_id]),
     tx.exec(`UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`, [target.sessionId]),
     ...(admit ? [admitLocked(tx, [op.task_id])] : []),
   ]);
@@ -225,6 +244,7 @@ async function claimOnceLocked(
     idempotencyKey: idem,
     request: p.request,
     requestSha256: p.intent.request_sha256,
+    spec: spec ?? { executor_json: null, environment_id: null, worktree_path: null },
   };
 }
 
@@ -267,17 +287,16 @@ async function casDispatchLocked(
     throw new ConflictError('stale_claim', 'dispatch claim is stale', { dispatch_id: claim.dispatchId });
 }
 
+/** One autocommit statement (`execIdempotent`): renewing a live lease by its own owner twice is renewing it once. */
 export async function confirmLaunchDispatchClaim(db: Db, claim: DispatchClaim, leaseMs: number): Promise<boolean> {
-  return runTransaction(db, 'ConfirmLaunchDispatchClaim', async (tx) => {
-    tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', claim.dispatchId);
-    const changed = await tx.exec(
-      `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
-        WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}
-          AND deletion_operation_id IS NULL`,
-      [leaseMs, claim.dispatchId, claim.generation, claim.owner],
-    );
-    return changed === 1;
-  });
+  const changed = await execIdempotent(
+    db,
+    `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${nowPlusMsSql(db.dialect)}, updated_at = ${nowSql(db.dialect)}
+      WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${nowSql(db.dialect)}
+        AND deletion_operation_id IS NULL`,
+    [leaseMs, claim.dispatchId, claim.generation, claim.owner],
+  );
+  return changed === 1;
 }
 
 /** The canonical evidence of a started runtime (recorded by the worker or reconciled by recovery). */

@@ -10,13 +10,14 @@
  *   runner answers `commit_outcome_unknown` and does not run the command again.
  * - Killed every time: `database_unavailable` after a bounded number of
  *   attempts, and nothing written.
- * - Plain reads and the pool shrug off connections killed while idle.
+ * - Plain reads, idempotent autocommit writes and the pool shrug off
+ *   connections killed while idle.
  * - The HTTP mapping: 503 with Retry-After.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RETRY_AFTER_S, toHttpResponse } from '../../src/api/errors';
 import { connectionsLost, isConnectionLost } from '../../src/db/connection-loss';
-import { readRows, runTransaction, type Tx } from '../../src/db/tx';
+import { execIdempotent, readRows, runTransaction, type Tx } from '../../src/db/tx';
 import { TaskLedgerError } from '../../src/domain/errors';
 import { silentLogger } from '../../src/log';
 import { sql, useTestDb } from '../support/db';
@@ -142,6 +143,20 @@ describe('a transaction whose connection the server kills', () => {
     const id = `after-idle-kill-${Date.now()}`;
     await runTransaction(t.db, 'ProbeInsert', (tx) => tx.exec(`INSERT INTO ${TABLE} (id) VALUES (?)`, [id]));
     expect(await rowsWithId(id)).toBe(1);
+  });
+
+  it('runs an idempotent autocommit write on a fresh connection after the pooled ones were killed', async () => {
+    const ids = await Promise.all(
+      Array.from({ length: 4 }, () => runTransaction(t.db, 'ProbeConnection', (tx) => ownConnectionId(tx))),
+    );
+    for (const id of new Set(ids)) await killConnection(id);
+    const id = `idem-${Date.now()}`;
+    await sql(t.db, `INSERT INTO ${TABLE} (id) VALUES (?)`, [id]);
+    // A compare-and-set: it changes the row it names, and nothing when the row is not in the expected state.
+    expect(await execIdempotent(t.db, `UPDATE ${TABLE} SET id = ? WHERE id = ?`, [`${id}-renewed`, id])).toBe(1);
+    expect(await execIdempotent(t.db, `UPDATE ${TABLE} SET id = ? WHERE id = ?`, [`${id}-renewed`, id])).toBe(0);
+    expect(await rowsWithId(`${id}-renewed`)).toBe(1);
+    expect(await rowsWithId(id)).toBe(0);
   });
 });
 
