@@ -45,7 +45,11 @@ export function abortBlocker(step: StepRow): string | null {
 export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause: string): Promise<AbortResult> {
   const trimmedCause = cause.slice(0, 64);
   return runTransaction(db, 'AbortTaskCreation', async (tx) => {
-    const { op, plan } = await guardOperationLocked(tx, auth, { externalIdKey: true, steps: true });
+    const { op, plan, externalIdAbsent } = await guardOperationLocked(tx, auth, {
+      externalIdKey: true,
+      steps: true,
+      ownTaskOnly: true,
+    });
     if (op.state === 'aborted')
       return { operationId: op.id, cause: op.abort_cause ?? '', replayed: true, cleanupJobIds: [] };
     if (op.state !== 'preparing') {
@@ -54,7 +58,7 @@ export async function abortTaskCreation(db: Db, auth: OperationAuthority, cause:
         state: op.state,
       });
     }
-    await lockTaskChainLocked(tx, op, { externalIdKey: true, steps: true });
+    await lockTaskChainLocked(tx, op, { externalIdKey: true, externalIdAbsent, steps: true });
     const steps = await lockStepsLocked(tx, op.id);
     const blockers = steps
       .map((s) => ({ step: s, why: abortBlocker(s) }))

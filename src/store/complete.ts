@@ -56,7 +56,12 @@ async function lockAndVerifyLocked(
   auth: OperationAuthority,
   phase: 'A' | 'B',
 ): Promise<VerifiedCreation | CompleteResult> {
-  const { op, plan, workspaceState } = await guardOperationLocked(tx, auth, { externalIdKey: true, steps: true });
+  // Phase B may also lock the blockers' task rows; phase A locks the task's own row only.
+  const { op, plan, workspaceState, externalIdAbsent } = await guardOperationLocked(tx, auth, {
+    externalIdKey: true,
+    steps: true,
+    ownTaskOnly: phase === 'A',
+  });
   if (op.state === 'completed') return replay(op);
   if (phase === 'A' && op.state === 'preparing' && workspaceState !== 'active') {
     // The workspace deletion cascade aborts what is still preparing; a Complete between its phases it finishes.
@@ -76,6 +81,7 @@ async function lockAndVerifyLocked(
   const blockerIds = phase === 'B' ? planBlockerIds(plan) : [];
   const { task, identityState, blockers } = await lockTaskChainLocked(tx, op, {
     externalIdKey: true,
+    externalIdAbsent,
     steps: true,
     blockers: blockerIds,
   });

@@ -53,6 +53,11 @@ export interface GuardedOperation {
   actor: ActorBindingDocument;
   /** The workspace's state under its lock (`active`, `deleting`, `deleted`). */
   workspaceState: string;
+  /**
+   * The task is known to hold no external ID (seen with none once: an external ID is only ever set by Begin and
+   * only ever cleared afterwards), so its chain needs no external-ID key lock and no read to decide that.
+   */
+  externalIdAbsent: boolean;
 }
 
 export interface GuardOptions {
@@ -133,6 +138,8 @@ interface OperationPeek {
   actor_json: string;
   /** The parsed, closed-schema-valid actor document, or null when the stored bytes are not one. */
   actor: ActorBindingDocument | null;
+  /** The task row existed without an external ID when peeked; that never changes back (see GuardedOperation). */
+  externalIdAbsent: boolean;
 }
 
 /** Why 4096: one entry per operation a process touched recently; a few hundred bytes each. */
@@ -148,8 +155,10 @@ const peekMemo = new Map<string, OperationPeek>();
 async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek | undefined> {
   const known = peekMemo.get(operationId);
   if (known !== undefined) return known;
-  const row = await tx.one<{ workspace_id: string; task_id: string; actor_json: string }>(
-    'SELECT workspace_id, task_id, actor_json FROM task_creation_operations WHERE id = ?',
+  const row = await tx.one<{ workspace_id: string; task_id: string; actor_json: string; no_external_id: unknown }>(
+    `SELECT o.workspace_id, o.task_id, o.actor_json,
+            CASE WHEN t.id IS NOT NULL AND t.external_id IS NULL THEN 1 ELSE 0 END AS no_external_id
+       FROM task_creation_operations o LEFT JOIN tasks t ON t.id = o.task_id WHERE o.id = ?`,
     [operationId],
   );
   if (!row) return undefined;
@@ -164,6 +173,7 @@ async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek
     task_id: row.task_id,
     actor_json: row.actor_json,
     actor,
+    externalIdAbsent: Number(row.no_external_id) === 1,
   };
   peekMemo.set(operationId, peek);
   if (peekMemo.size > PEEK_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
@@ -175,19 +185,32 @@ async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek
  * the same round trip (`Tx.batchAhead`): the task chain (`lockTaskChainLocked`
  * with the same `externalIdKey`) and, with `steps`, the operation's steps
  * (`lockStepsLocked`). With `externalIdKey` only the external-ID read goes
- * ahead: its key lock (5.1) must come before the task row.
+ * ahead (its key lock, 5.1, must come before the task row), unless the task is
+ * known to hold none (`externalIdAbsent`, which the caller then passes on).
  */
 export interface ChainAhead {
   externalIdKey: boolean;
   steps: boolean;
+  /**
+   * The caller's `lockTaskChainLocked` locks no task row but the operation's own (no blockers, no heads): with a
+   * task known to hold no external ID, the whole chain can then go ahead.
+   */
+  ownTaskOnly?: boolean;
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
 const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ? FOR UPDATE`;
 const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
 
-function chainStatements(operationId: string, taskId: string, ahead: ChainAhead): Statement[] {
-  if (ahead.externalIdKey) return [{ sql: EXTERNAL_ID_PEEK, params: [taskId] }];
+function chainStatements(
+  operationId: string,
+  taskId: string,
+  ahead: ChainAhead,
+  externalIdAbsent: boolean,
+): Statement[] {
+  if (ahead.externalIdKey && !(externalIdAbsent && ahead.ownTaskOnly === true)) {
+    return [{ sql: EXTERNAL_ID_PEEK, params: [taskId] }];
+  }
   return [
     { sql: TASK_LOCK, params: [taskId] },
     { sql: IDENTITY_LOCK, params: [taskId] },
@@ -235,7 +258,7 @@ export async function guardOperationLocked(
     sql: `SELECT ${OP_COLUMNS}${fenceColumns} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
     params: [operationId],
   };
-  const next = ahead ? chainStatements(operationId, peek.task_id, ahead) : [];
+  const next = ahead ? chainStatements(operationId, peek.task_id, ahead, peek.externalIdAbsent) : [];
   const stepLock: Statement[] =
     options.admissionStepId === undefined
       ? []
@@ -307,7 +330,9 @@ export async function guardOperationLocked(
       });
     }
   }
-  return { op, plan, actor, workspaceState: ws.state };
+  // When the external-ID read went ahead, the caller must read it: it is the next statement sent.
+  const peekSentAhead = next[0]?.sql === EXTERNAL_ID_PEEK;
+  return { op, plan, actor, workspaceState: ws.state, externalIdAbsent: peek.externalIdAbsent && !peekSentAhead };
 }
 
 /** A recovery action runs only while its claim is the operation's live recovery claim (else zero writes). */
@@ -341,13 +366,20 @@ function checkRecoveryFence(
 export async function lockTaskChainLocked(
   tx: Tx,
   op: OperationRow,
-  options: { externalIdKey: boolean; steps?: boolean; blockers?: readonly string[]; heads?: readonly string[] },
+  options: {
+    externalIdKey: boolean;
+    /** The guard's `externalIdAbsent`: no key to lock, and no read to learn that. */
+    externalIdAbsent?: boolean;
+    steps?: boolean;
+    blockers?: readonly string[];
+    heads?: readonly string[];
+  },
 ): Promise<{
   task: TaskLockRow | undefined;
   identityState: string | undefined;
   blockers: { id: string; lifecycle_state: string | null }[];
 }> {
-  if (options.externalIdKey) {
+  if (options.externalIdKey && options.externalIdAbsent !== true) {
     const peek = await tx.one<{ external_id: string | null }>(EXTERNAL_ID_PEEK, [op.task_id]);
     if (peek?.external_id != null) {
       await tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(op.workspace_id, peek.external_id));

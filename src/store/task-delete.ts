@@ -78,13 +78,14 @@ async function deleteOnce(tx: Tx, taskId: string, options: DeleteTaskOptions): P
   const step = stepId === null ? undefined : steps.get(stepId);
   const heads = placementOf(now).wip_admitted && step ? await promotionHeadsLocked(tx, step, 1) : [];
 
-  const { op, plan } = await guardOperationLocked(
+  const { op, plan, externalIdAbsent } = await guardOperationLocked(
     tx,
     { kind: 'operation', operationId: now.creation_operation_id, actor: options.requestedBy },
     { externalIdKey: true, steps: true },
   );
   const { task } = await lockTaskChainLocked(tx, op, {
     externalIdKey: true,
+    externalIdAbsent,
     steps: true,
     heads: heads.map((h) => h.task_id),
   });

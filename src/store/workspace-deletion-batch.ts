@@ -197,10 +197,14 @@ async function cascadeOnceLocked(
     tx,
     { kind: 'operation', operationId, actor: `workspace-deletion:${deletionId}` },
     // The external-ID read goes ahead of the task chain only when no release row comes between them.
-    releaseId !== null && releaseId > operationId ? undefined : { externalIdKey: true, steps: true },
+    releaseId !== null && releaseId > operationId ? undefined : { externalIdKey: true, steps: true, ownTaskOnly: true },
   );
   if (releaseId !== null && releaseId > operationId) await lockRelease();
-  const { task } = await lockTaskChainLocked(tx, g.op, { externalIdKey: true, steps: true });
+  const { task } = await lockTaskChainLocked(tx, g.op, {
+    externalIdKey: true,
+    externalIdAbsent: g.externalIdAbsent,
+    steps: true,
+  });
   const steps = await lockStepsLocked(tx, g.op.id);
   const ctx: DeletionContext = { deletionId, reason: 'workspace_deleted', jobs, cancelArmedIntents: true };
   const counts = emptyCounts();
