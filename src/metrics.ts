@@ -46,6 +46,12 @@ export interface Metrics {
    */
   stuckOperations: Gauge<'action'>;
   /**
+   * `taskledger_phase_a_in_batch_total{result}`: ledger batches that armed a launch intent and tried Complete's
+   * phase A in the same transaction (ADR 0016): `completing`, or why phase A was left to Complete
+   * (`predicate_failed`, `not_completable`, `lock_order`).
+   */
+  phaseAInBatch: Counter<'result'>;
+  /**
    * `taskledger_db_connections_lost_total`: database connections this process saw dropped (each one's command
    * restarted, or answered `commit_outcome_unknown` if COMMIT was on the wire); read at scrape time.
    */
@@ -112,6 +118,12 @@ export function createMetrics(): Metrics {
       name: 'taskledger_stuck_operations',
       help: 'Creations that have not moved for TASKLEDGER_STUCK_AFTER_MS, by the legal action they wait for',
       labelNames: ['action'],
+      registers,
+    }),
+    phaseAInBatch: new Counter({
+      name: 'taskledger_phase_a_in_batch_total',
+      help: "Ledger batches that armed a launch intent and ran Complete's phase A with it, by result",
+      labelNames: ['result'],
       registers,
     }),
     connectionsLost: lostConnectionsCounter(registers),

@@ -1,7 +1,8 @@
 /**
  * Processes a Complete wake-up as the operation's worker actor (no caller
  * handle; the Store re-derives the retained bindings): phase A then phase B,
- * or a replay. Then it wakes the workspace's outbox dispatcher. A premature
+ * or a replay — or phase B alone, right after this worker's ledger batch
+ * committed phase A with the step that armed the launch intent. Then it wakes the workspace's outbox dispatcher. A premature
  * or duplicate wake-up is a logged no-op. A process that also runs the
  * outbox role delivers the workspace's outbox right here (`dispatchInPlace`)
  * instead of one BullMQ hop; if that fails, the dispatcher wake-up is queued
@@ -15,7 +16,7 @@ import { isTaskLedgerError } from '../domain/errors';
 import { failpoint } from '../failpoints';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
-import { completeTaskCreation } from '../store/complete';
+import { completeTaskCreation, completeTaskCreationPhaseB } from '../store/complete';
 import type { QueueSet } from './queues';
 import { wakeOutbox } from './wake-outbox';
 
@@ -32,16 +33,20 @@ export interface CompleteWorkerDeps {
   dispatchInPlace?: (workspaceId: string) => Promise<unknown>;
 }
 
-export async function processCompleteJob(deps: CompleteWorkerDeps, job: CompleteJob): Promise<'completed' | 'skipped'> {
+export async function processCompleteJob(
+  deps: CompleteWorkerDeps,
+  job: CompleteJob,
+  /** `phaseADone`: this worker's own ledger batch committed phase A (store/complete-in-batch.ts); B is left. */
+  options: { phaseADone?: boolean } = {},
+): Promise<'completed' | 'skipped'> {
   const log = deps.log.child({ operation_id: job.operationId });
+  const auth = { kind: 'operation', operationId: job.operationId, actor: deps.workerId } as const;
   let workspaceId: string;
   try {
     // Another worker's Complete between its phases is left to finish (or to the reaper's complete_completing).
-    const result = await completeTaskCreation(
-      deps.db,
-      { kind: 'operation', operationId: job.operationId, actor: deps.workerId },
-      { resumeCompleting: false },
-    );
+    const result = options.phaseADone
+      ? await phaseBAfterBatch(auth)
+      : await completeTaskCreation(deps.db, auth, { resumeCompleting: false });
     workspaceId = result.workspaceId;
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
     // Phase B (task.created in the outbox) has committed; nothing has woken the dispatcher yet. A crash here is
@@ -65,4 +70,10 @@ export async function processCompleteJob(deps: CompleteWorkerDeps, job: Complete
   }
   await wakeOutbox({ queues: deps.queues, log, dispatchInPlace: deps.dispatchInPlace }, workspaceId);
   return 'completed';
+
+  async function phaseBAfterBatch(auth: { kind: 'operation'; operationId: string; actor: string }) {
+    // The same point between the phases as completeTaskCreation's (a crash here leaves `completing` to the reaper).
+    await failpoint('between_complete_phase_a_and_b', { operationId: job.operationId });
+    return completeTaskCreationPhaseB(deps.db, auth);
+  }
 }

@@ -74,13 +74,28 @@ export async function processStepJob(
   let failed = false;
   // The batch armed the launch intent, which it does only once every other step succeeded: Complete is due.
   let completeDue = false;
+  // The batch also ran Complete's phase A (the operation is `completing`): phase B is this worker's to run.
+  let phaseADone = false;
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
     try {
-      const done = handler.applyLocks
-        ? await claimAndApplyLedgerSteps(deps.effects.db, auth, ref, owner, deps.leaseMs, ledgerKinds(deps))
-        : [await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim)];
+      const batch = handler.applyLocks
+        ? await claimAndApplyLedgerSteps(deps.effects.db, auth, ref, owner, deps.leaseMs, ledgerKinds(deps), {
+            phaseA: deps.inline !== undefined,
+          })
+        : {
+            results: [
+              await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim),
+            ],
+            phaseA: null,
+          };
+      const done = batch.results;
+      phaseADone = batch.phaseA === 'completing';
+      if (batch.phaseA !== null && batch.phaseA !== 'not_asked') {
+        deps.metrics?.phaseAInBatch.inc({ result: batch.phaseA });
+        if (!phaseADone) log.debug({ phase_a: batch.phaseA }, 'phase A left to Complete');
+      }
       state = done[0]!.outcome.state;
       for (const d of done.slice(1)) deps.metrics?.stepResults.inc({ kind: d.claim.kind, state: d.outcome.state });
       failed = done.some((d) => d.outcome.state === 'failed');
@@ -103,7 +118,7 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
-  if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log);
+  if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone);
   else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
   if (failed) await recoverFailed(deps, job.operationId, log);
@@ -181,8 +196,8 @@ async function continueInline(
   if (next.completeKept) await completeInline(inline, operationId, log);
 }
 
-async function completeInline(inline: InlineWork, operationId: string, log: Logger): Promise<void> {
-  await processCompleteJob(inline.complete, { operationId }).catch((err: unknown) => {
+async function completeInline(inline: InlineWork, operationId: string, log: Logger, phaseADone = false): Promise<void> {
+  await processCompleteJob(inline.complete, { operationId }, { phaseADone }).catch((err: unknown) => {
     // The operation is untouched or completing: the complete job the sweep sends finishes it.
     log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
   });

@@ -70,6 +70,13 @@ export class LockPlan {
     return 'new';
   }
 
+  /** Whether `acquire(tier, key)` would succeed now (held, or not below the order so far); changes nothing. */
+  accepts(tier: Tier, key: string): boolean {
+    if (this.held.has(`${tier}|${key}`)) return true;
+    if (tier !== this.currentTier) return tier > this.currentTier;
+    return this.lastKey === null || key >= this.lastKey;
+  }
+
   /** The acquisitions so far, in order (for diagnostics and tests). */
   acquisitions(): readonly string[] {
     return this.trail;

@@ -293,6 +293,12 @@ export class Tx {
     return this.rollbackRequested;
   }
 
+  /** Whether every row lock named could still be taken, in the order given, without breaking the tier order. */
+  canLockRows(rows: readonly { tier: Tier; table: string; key: string }[]): boolean {
+    // Sorted, the first row not yet held decides: the later ones sort after it.
+    return rows.every((r) => this.locks.accepts(r.tier, `${r.table}:${r.key}`));
+  }
+
   /** Records a row lock in the plan; the caller's SQL takes it (`FOR UPDATE` / `FOR SHARE`). */
   lockRow(tier: Tier, table: string, key: string): 'new' | 'held' {
     return this.locks.acquire(tier, `${table}:${key}`);

@@ -19,7 +19,7 @@ import type { Db } from '../db/tx';
 import type { StepKind, StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
-import type { LedgerApply, LedgerLocks } from '../store/ledger-step';
+import type { LedgerApply, LedgerLocks } from '../store/ledger-apply';
 import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
 import type { CleanupJobClaim } from '../store/cleanup-jobs';
 import type { LockNeed } from '../store/effects/row-locks';

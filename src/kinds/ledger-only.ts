@@ -12,7 +12,7 @@ import type { Db } from '../db/tx';
 import type { StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from '../store/effects/recording';
-import type { LedgerApply, LedgerLocks } from '../store/ledger-step';
+import type { LedgerApply, LedgerLocks } from '../store/ledger-apply';
 import type { StepClaim, StepRow } from '../store/types';
 import type { Observation, StepHandler } from './contract';
 

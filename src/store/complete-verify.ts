@@ -18,7 +18,7 @@ import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
-import { verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
+import { effectRowLockNeeds, verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
 import { storedEvidenceOf } from './evidence-memo';
 // Registers the remote-contribution verifier (its module owns the row document).
 import '../kinds/remote-contribution-associate/ledger';
@@ -72,10 +72,9 @@ export function verifyCompletePredicate(steps: StepRow[], plan: CreationPlan): v
   }
 }
 
-/** The Complete predicate plus byte-equivalence of every step's effect rows. */
-export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], plan: CreationPlan): Promise<void> {
-  verifyCompletePredicate(steps, plan);
-  const plannedEnvironments: LockNeed[] = plan.database_rows
+/** The task environments Begin inserted (11.1, shared): Complete re-reads them. */
+function plannedEnvironmentLocks(plan: CreationPlan): LockNeed[] {
+  return plan.database_rows
     .filter((r) => r.table === 'task_environments')
     .map((r) => ({
       tier: TIER.ENVIRONMENT,
@@ -85,7 +84,17 @@ export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], pl
       params: [r.key],
       mode: 'share',
     }));
-  await verifyAllEffectRowsLocked(tx, steps, plannedEnvironments);
+}
+
+/** Every lock above the steps (7) Complete's verification takes for these step rows. */
+export function completeLockNeeds(steps: readonly StepRow[], plan: CreationPlan): LockNeed[] {
+  return [...plannedEnvironmentLocks(plan), ...effectRowLockNeeds(steps)];
+}
+
+/** The Complete predicate plus byte-equivalence of every step's effect rows. */
+export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], plan: CreationPlan): Promise<void> {
+  verifyCompletePredicate(steps, plan);
+  await verifyAllEffectRowsLocked(tx, steps, plannedEnvironmentLocks(plan));
 }
 
 /**

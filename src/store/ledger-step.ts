@@ -21,22 +21,21 @@
  * (`stale_claim`, `creation_state_conflict`, `workspace_deleting`,
  * `not_found`) or of the effect write nothing. No event.
  */
-import { runTransaction, type Db, type Tx } from '../db/tx';
+import { runTransaction, type Db } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
-import { EFFECT_ROW_UNIQUES, takeLocks, type LockNeed } from './effects/row-locks';
+import { completePhaseAInBatchLocked, type PhaseAInBatch } from './complete-in-batch';
+import { completeLockNeeds } from './complete-verify';
+import { EFFECT_ROW_UNIQUES, takeLocks } from './effects/row-locks';
 import type { ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
 import { verifyStepRequest, type StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
+import type { LedgerApply, LedgerLocks } from './ledger-apply';
 
-/** A kind's effect and record inside the claim's transaction (exported by each ledger kind's effect module). */
-export type LedgerApply = (tx: Tx, claim: StepClaim, claimed?: ClaimContext) => Promise<EffectOutcome>;
-
-/** The rows above tier 7 a kind's `LedgerApply` will lock, read from the step row before any is locked. */
-export type LedgerLocks = (tx: Tx, step: StepRow) => Promise<LockNeed[]>;
+export type { LedgerApply, LedgerLocks };
 
 /** The ledger-only kinds a batch may take, with their apply and its locks. */
 export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: LedgerLocks }>>;
@@ -44,6 +43,13 @@ export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: 
 export interface LedgerStepResult {
   claim: StepClaim;
   outcome: EffectOutcome;
+}
+
+/** What one batch recorded, and whether it also moved the operation to `completing` (Complete's phase A). */
+export interface LedgerBatchResult {
+  results: LedgerStepResult[];
+  /** Why phase A did not run in the batch, or `completing` when it did; null when the batch armed no launch intent. */
+  phaseA: PhaseAInBatch | 'not_asked' | null;
 }
 
 export async function claimAndApplyLedgerStep(
@@ -97,12 +103,16 @@ export async function claimAndApplyLedgerSteps(
   owner: string,
   leaseMs: number,
   kinds: LedgerKinds,
-): Promise<LedgerStepResult[]> {
+  /** Run Complete's phase A in this transaction when it arms the launch intent (the caller then runs phase B). */
+  options: { phaseA?: boolean } = {},
+): Promise<LedgerBatchResult> {
+  const phaseA = options.phaseA === true;
   return runTransaction(
     db,
     'ClaimAndApplyLedgerSteps',
     async (tx) => {
-      const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs);
+      // Phase A needs the external-ID key (5.1), which must come before the task row: taken up front when asked.
+      const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, { externalIdKey: phaseA });
       const steps = first.ctx.steps;
       // A sibling whose stored request no longer matches the plan stays out: its own wake-up reports that
       // (`evidence_mismatch`), and it does not hold back the step this wake-up was sent for.
@@ -127,7 +137,10 @@ export async function claimAndApplyLedgerSteps(
       );
       const locking = [first.ctx.step, ...siblings, ...(launch ? [launch] : [])];
       const needs = await Promise.all(locking.map((s) => kinds[s.kind]!.locks(tx, s)));
-      await takeLocks(tx, needs.flat());
+      // When the launch intent may be armed here, Complete's verification locks for the steps that already
+      // succeeded (and Begin's environments) join the union, so phase A below finds them held, in order.
+      const completeNeeds = phaseA && launch ? completeLockNeeds(steps, first.ctx.guarded.plan) : [];
+      await takeLocks(tx, [...needs.flat(), ...completeNeeds]);
 
       const current = new Map(steps.map((s) => [s.id, s]));
       const results: LedgerStepResult[] = [];
@@ -152,7 +165,10 @@ export async function claimAndApplyLedgerSteps(
       for (const step of siblings) if (going()) await run(await claimNext(step));
       const ready = [...current.values()].every((s) => s.kind === 'launch_intent' || s.state === 'succeeded');
       if (launch && going() && ready) await run(await claimNext(launch));
-      return results;
+      const armed = results.some((r) => r.claim.kind === 'launch_intent' && r.outcome.state === 'armed');
+      if (!armed) return { results, phaseA: null };
+      if (!phaseA) return { results, phaseA: 'not_asked' };
+      return { results, phaseA: await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain) };
     },
     { restartOnUnique: EFFECT_ROW_UNIQUES },
   );

@@ -12,7 +12,7 @@
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../db/tx';
-import { guardOperationLocked, lockTaskChainLocked } from './operation-guard';
+import { guardOperationLocked, lockTaskChainLocked, type TaskLockRow } from './operation-guard';
 import {
   COMPENSATION_PENDING,
   findStep,
@@ -62,8 +62,11 @@ export async function claimStepInContextLocked(
   ref: StepRef,
   owner: string,
   leaseMs: number,
-): Promise<{ claim: StepClaim; ctx: ClaimContext }> {
-  const guarded = await guardOperationLocked(tx, auth, { externalIdKey: false, steps: true });
+  /** Also take the task's external-ID key (5.1), for a transaction that may go on to Complete's phase A. */
+  options: { externalIdKey?: boolean } = {},
+): Promise<{ claim: StepClaim; ctx: ClaimContext; chain: { task: TaskLockRow; identityState: string | undefined } }> {
+  const externalIdKey = options.externalIdKey === true;
+  const guarded = await guardOperationLocked(tx, auth, { externalIdKey, steps: true, ownTaskOnly: true });
   const { op, plan, workspaceState } = guarded;
   if (workspaceState !== 'active') {
     // The workspace deletion cascade transfers or aborts what exists; no new effect starts.
@@ -81,14 +84,19 @@ export async function claimStepInContextLocked(
       },
     );
   }
-  const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
+  const { task, identityState } = await lockTaskChainLocked(tx, op, {
+    externalIdKey,
+    externalIdAbsent: guarded.externalIdAbsent,
+    steps: true,
+  });
   if (!task)
     throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', {
       operation_id: op.id,
     });
   const steps = await lockStepsLocked(tx, op.id);
   verifyStepSet(steps, plan);
-  return claimLockedStepLocked(tx, { guarded, steps, step: findStep(steps, ref) }, owner, leaseMs);
+  const claimed = await claimLockedStepLocked(tx, { guarded, steps, step: findStep(steps, ref) }, owner, leaseMs);
+  return { ...claimed, chain: { task, identityState } };
 }
 
 /**

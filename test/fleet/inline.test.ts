@@ -20,6 +20,7 @@ import type { StepKind } from '../../src/domain/vocab';
 import { LocalProcessExecutor } from '../../src/launch/executor';
 import { processLaunchJob } from '../../src/launch/launch-worker';
 import { silentLogger } from '../../src/log';
+import { createMetrics } from '../../src/metrics';
 import { processOutboxJob } from '../../src/outbox/dispatcher';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { createRedis } from '../../src/runtime/redis';
@@ -93,9 +94,13 @@ describe('inline launch intent and Complete', () => {
   it('runs them in place: no launch or Complete job, one task.created', async () => {
     const { res, effects, job } = await readyForSession();
     const log = silentLogger();
-    const deps = workerDeps(effects, 'inline-worker', {
-      complete: { db: t.db, queues, log, metrics: null, workerId: 'inline-worker' },
-    });
+    const metrics = createMetrics();
+    const deps = {
+      ...workerDeps(effects, 'inline-worker', {
+        complete: { db: t.db, queues, log, metrics: null, workerId: 'inline-worker' },
+      }),
+      metrics,
+    };
     const launchBefore = await waiting(stepQueueName('launch_intent'));
     const completeBefore = await waiting(COMPLETE_QUEUE);
     expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
@@ -105,6 +110,9 @@ describe('inline launch intent and Complete', () => {
     expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
     expect(await waiting(stepQueueName('launch_intent'))).toBe(launchBefore);
     expect(await waiting(COMPLETE_QUEUE)).toBe(completeBefore);
+    // Complete's phase A went with the batch that armed the launch intent (ADR 0016); phase B ran on its own.
+    const phaseA = await metrics.phaseAInBatch.get();
+    expect(phaseA.values.map((v) => [v.labels.result, v.value])).toEqual([['completing', 1]]);
   });
 
   it('without inline, the same step arms the launch intent in its batch and leaves Complete as a queued wake-up', async () => {

@@ -5,7 +5,9 @@
  * has succeeded — in one transaction, each step with its own claim
  * (generation raised), record and hashed evidence. A failure before COMMIT
  * leaves the whole batch as it was; a step that waits or is not ledger-only
- * stays out. Both dialects.
+ * stays out. Asked to, the batch that arms the launch intent also commits
+ * Complete's phase A (ADR 0016) — and, when phase A's predicate does not
+ * hold, commits its steps without it. Both dialects.
  */
 import { describe, expect, it } from 'vitest';
 import type { StepKind } from '../../src/domain/vocab';
@@ -13,7 +15,8 @@ import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import type { StepHandler } from '../../src/kinds/contract';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
-import { sql, useTestDb } from '../support/db';
+import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
+import { count, sql, useTestDb } from '../support/db';
 import { expectTyped, stepRows } from '../support/ledger';
 import { createTask, effectSnapshot, expectRecordedInOneClaim, loadStep, seedWithFiles } from './support';
 
@@ -33,11 +36,13 @@ async function setup(body: Record<string, unknown> = {}) {
     ...(body.attachments === true ? { attachments: ws.attachmentIds } : {}),
   });
   const rows = await stepRows(t.db, c.operationId);
-  const run = (kind: StepKind, owner = 'w1', kinds: LedgerKinds = KINDS) => {
+  const batch = (kind: StepKind, owner = 'w1', kinds: LedgerKinds = KINDS, phaseA = false) => {
     const row = rows.find((r) => r.kind === kind)!;
-    return claimAndApplyLedgerSteps(t.db, c.auth, { kind, stepKey: row.step_key }, owner, 30_000, kinds);
+    return claimAndApplyLedgerSteps(t.db, c.auth, { kind, stepKey: row.step_key }, owner, 30_000, kinds, { phaseA });
   };
-  return { c, rows, run, snap: () => effectSnapshot(t.db, c.operationId, c.taskId) };
+  const run = async (kind: StepKind, owner = 'w1', kinds: LedgerKinds = KINDS) =>
+    (await batch(kind, owner, kinds)).results;
+  return { c, rows, run, batch, snap: () => effectSnapshot(t.db, c.operationId, c.taskId) };
 }
 
 describe('ledger-only steps of one operation in one transaction', () => {
@@ -112,6 +117,49 @@ describe('ledger-only steps of one operation in one transaction', () => {
     const before = await s.snap();
     await expectTyped(s.run('session_prepare'), 'evidence_mismatch');
     expect(await s.snap()).toBe(before);
+  });
+
+  it('with phase A asked, the batch that arms the launch intent also moves the creation to completing', async () => {
+    const s = await setup();
+    const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);
+    expect(results.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
+    expect(phaseA).toBe('completing');
+    const [op] = await sql<{ state: string; completing_at: unknown }>(
+      t.db,
+      'SELECT state, completing_at FROM task_creation_operations WHERE id = ?',
+      [s.c.operationId],
+    );
+    expect(op!.state).toBe('completing');
+    expect(op!.completing_at).not.toBeNull();
+    const [task] = await sql<{ creation_state: string }>(t.db, 'SELECT creation_state FROM tasks WHERE id = ?', [
+      s.c.taskId,
+    ]);
+    expect(task!.creation_state).toBe('completing');
+    // Phase B stays its own transaction: it finds `completing`, re-verifies everything and commits task.created.
+    const done = await completeTaskCreationPhaseB(t.db, s.c.auth);
+    expect(done).toMatchObject({ outcome: 'Created', replayed: false });
+    expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [s.c.taskId])).toBe(1);
+  });
+
+  it('a batch that arms nothing, or is not asked, leaves phase A alone', async () => {
+    const s = await setup({ attachments: true });
+    expect((await s.batch('workspace_attachment', 'w1', KINDS, true)).phaseA).toBeNull();
+    const t2 = await setup();
+    expect((await t2.batch('session_prepare', 'w1', KINDS, false)).phaseA).toBe('not_asked');
+    expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'preparing'", [t2.c.operationId])).toBe(1);
+  });
+
+  it('phase A whose predicate does not hold writes nothing in the batch; the steps still commit, Complete reports it', async () => {
+    const s = await setup();
+    // A row Begin inserted no longer matches the manifest: Complete must refuse, the steps' records must not be lost.
+    await sql(t.db, 'UPDATE tasks SET title = ? WHERE id = ?', ['tampered after Begin', s.c.taskId]);
+    const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);
+    expect(phaseA).toBe('predicate_failed');
+    expect(results.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
+    const rows = await stepRows(t.db, s.c.operationId);
+    expect(rows.map((r) => r.state).sort()).toEqual(['armed', 'succeeded', 'succeeded']);
+    expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'preparing'", [s.c.operationId])).toBe(1);
+    await expectTyped(completeTaskCreation(t.db, s.c.auth), 'evidence_mismatch');
   });
 
   it('a sibling waiting out its back-off (retry_wait) is not taken early', async () => {

@@ -51,6 +51,25 @@ export async function verifyEffectRowsLocked(tx: Tx, step: StepRow, evidence: St
   await v.verify(tx, step, evidence);
 }
 
+/**
+ * The locks `verifyAllEffectRowsLocked` would take for these steps (their
+ * succeeded/armed ones), for a transaction that must take them earlier, in
+ * one order with its own. A step whose evidence is unreadable names none:
+ * the verification itself reports it.
+ */
+export function effectRowLockNeeds(steps: readonly StepRow[]): LockNeed[] {
+  return steps
+    .filter((s) => s.state === 'succeeded' || s.state === 'armed')
+    .flatMap((step) => {
+      try {
+        const verifier = verifierOf(step);
+        return verifier.locks ? verifier.locks(step, storedEvidence(step)) : [];
+      } catch {
+        return [];
+      }
+    });
+}
+
 /** Every succeeded/armed step's effect rows, locks first in one global order. */
 export async function verifyAllEffectRowsLocked(
   tx: Tx,

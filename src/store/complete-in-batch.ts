@@ -1,0 +1,68 @@
+/**
+ * Complete's phase A inside the ledger batch that armed the launch intent
+ * (docs/adr/0016-complete-phase-a-in-the-arming-batch.md). Never begins a
+ * transaction; runs in `claimAndApplyLedgerSteps`'s, after its last record.
+ *
+ * That transaction already holds what phase A acquires: workspace 1,
+ * operation 4.2, the external-ID key 5.1 (the batch's claim took it), task
+ * 5.2, identity 6, every step row 7, and — taken with the batch's own effect
+ * locks, in one global order — every row Complete's verification reads
+ * (8..15, `completeLockNeeds`). Here it checks exactly what phase A checks
+ * (operation `preparing` in an active workspace, identity `preparing`, task
+ * not deleted, the Complete predicate over the step rows as this transaction
+ * wrote them, each effect row byte-equivalent to its evidence, the rows
+ * Begin inserted byte-equivalent to the manifest) and writes exactly what
+ * phase A writes: operation and task `preparing -> completing`. Phase B stays
+ * its own transaction (store/complete.ts).
+ *
+ * Everything before the two writes is a read, so a predicate that does not
+ * hold — or a verification lock the batch did not take and can no longer
+ * take in order — writes nothing here: the batch commits its steps as before
+ * and the operation's Complete runs phase A on its own, where a failed check
+ * is reported as it always was. Answers `completing` or why not.
+ */
+import type { Tx } from '../db/tx';
+import { isTaskLedgerError } from '../domain/errors';
+import { completeLockNeeds, verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
+import type { GuardedOperation, TaskLockRow } from './operation-guard';
+import { lockStepsLocked } from './step-rows';
+
+export type PhaseAInBatch = 'completing' | 'not_completable' | 'predicate_failed' | 'lock_order';
+
+export async function completePhaseAInBatchLocked(
+  tx: Tx,
+  guarded: GuardedOperation,
+  chain: { task: TaskLockRow; identityState: string | undefined },
+): Promise<PhaseAInBatch> {
+  const { op, plan, workspaceState } = guarded;
+  if (op.state !== 'preparing' || workspaceState !== 'active') return 'not_completable';
+  const { task, identityState } = chain;
+  if (identityState !== 'preparing' || task.lifecycle_state === 'deleted' || task.creation_state !== 'preparing') {
+    return 'not_completable';
+  }
+  // The step rows as this transaction recorded them (the locks are held: this is a read).
+  const steps = await lockStepsLocked(tx, op.id);
+  if (!tx.canLockRows(completeLockNeeds(steps, plan))) return 'lock_order';
+  try {
+    await Promise.all([verifyCompletePredicateLocked(tx, steps, plan), verifyPlannedRowsLocked(tx, plan)]);
+  } catch (err) {
+    if (isTaskLedgerError(err)) return 'predicate_failed';
+    throw err;
+  }
+  // Issued together: one round trip, run by the server in this order (Tx.batch), as phase A's own.
+  const [opChanged, taskChanged] = await Promise.all([
+    tx.exec(
+      `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
+      [op.id],
+    ),
+    tx.exec(
+      `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
+      [task.id],
+    ),
+  ]);
+  if (opChanged !== 1 || taskChanged !== 1) {
+    // Both rows are locked and were read `preparing` above: a difference is a broken invariant, not a race.
+    throw new Error(`internal: phase A in the batch changed ${opChanged} operation and ${taskChanged} task rows`);
+  }
+  return 'completing';
+}
