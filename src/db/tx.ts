@@ -515,29 +515,60 @@ async function readOnce<T>(db: Db, sql: string, params: SqlParam[]): Promise<T[]
 }
 
 /**
- * One write statement in autocommit — its own one-statement transaction —
- * for a compare-and-set on a single row that may run twice: applying it
+ * One write statement in autocommit — its own one-statement transaction,
+ * one round trip instead of a transaction's two — for a statement that locks
+ * a single row (no tier order is at stake). Returns the affected row count.
+ *
+ * `execIdempotent` is for a compare-and-set that may run twice: applying it
  * again must give the answer applying it once gives (a lease renewal by the
- * claim's own owner). It holds one row lock for one statement, so no tier
- * order is at stake, and it costs one round trip instead of a transaction's
- * two. A lost connection runs it again, as `readRows` does.
+ * claim's own owner). A lost connection runs it again, as `readRows` does.
+ *
+ * `execOnce` is for any other single write: a connection lost while the
+ * statement was on the wire throws `commit_outcome_unknown` (it may or may
+ * not have taken effect; the caller asks the ledger again), as a transaction
+ * whose COMMIT was lost does. A connection that failed before the statement
+ * was sent is retried.
  */
-export async function execIdempotent(db: Db, sql: string, params: SqlParam[] = []): Promise<number> {
+export function execIdempotent(db: Db, sql: string, params: SqlParam[] = []): Promise<number> {
+  return execAutocommit(db, sql, params, true);
+}
+
+export function execOnce(db: Db, name: string, sql: string, params: SqlParam[] = []): Promise<number> {
+  return execAutocommit(db, sql, params, false, name);
+}
+
+async function execAutocommit(
+  db: Db,
+  sql: string,
+  params: SqlParam[],
+  idempotent: boolean,
+  name = 'write',
+): Promise<number> {
   for (let attempt = 1; ; attempt++) {
     const qr = db.ds.createQueryRunner();
+    let sent = false;
     try {
       await qr.connect();
       if (db.dialect === 'mysql') await ensureSession(qr, db.dialect);
+      sent = true;
       const res = await qr.query(toDialectSql(db.dialect, sql), params, true);
       return Number(res.affected ?? 0);
     } catch (err) {
       if (!isConnectionLost(err)) throw err;
       discardConnection(qr, db.dialect, err);
       countConnectionLoss();
+      if (sent && !idempotent) {
+        throw new TaskLedgerError(
+          'commit_outcome_unknown',
+          `${name}: the database connection was lost during the statement; it may or may not have taken effect`,
+          { command: name },
+          { cause: err },
+        );
+      }
       if (attempt >= LOST_ATTEMPTS) {
         throw new TaskLedgerError(
           'database_unavailable',
-          `the database connection was lost ${attempt} times during an idempotent write`,
+          `the database connection was lost ${attempt} times during a one-statement write`,
           {},
           { cause: err },
         );

@@ -90,12 +90,14 @@ export function dispatchIdempotencyKey(operationId: string, sessionId: string): 
  * Locks the LaunchTask prefix (workspace 1 .. steps 7) and checks that a
  * launch is legal for this session; exported for launch-dispatch recovery.
  */
-export async function lockLaunchPrefixLocked(
+export async function lockLaunchPrefixLocked<X = undefined>(
   tx: Tx,
   operationId: string,
   sessionId: string,
   actor: string,
   options: GuardOptions = {},
+  /** A plain read of the caller's, sent with the prefix's revision and event reads (one round trip). */
+  alongside?: (op: OperationRow) => Promise<X>,
 ) {
   const { op, plan, workspaceState } = await guardOperationLocked(
     tx,
@@ -106,11 +108,12 @@ export async function lockLaunchPrefixLocked(
   if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
   const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
   if (!task || task.lifecycle_state === 'deleted') return { refused: 'task is not live' } as const;
-  const [revision, event] = await Promise.all([
+  const [revision, event, extra] = await Promise.all([
     tx.one('SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', [op.task_id]),
     tx.one("SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'", [
       op.task_id,
     ]),
+    alongside ? alongside(op) : Promise.resolve(undefined as X),
   ]);
   if (!revision || !event) return { refused: 'revision one or its task.created is not committed' } as const;
   const steps = await lockStepsLocked(tx, op.id);
@@ -118,7 +121,7 @@ export async function lockLaunchPrefixLocked(
   if (!intent || intent.state !== 'armed') return { refused: 'no armed launch intent for this session' } as const;
   const request = verifyStepRequest(intent, plan) as LaunchIntentRequest;
   verifyStoredEvidence({ ...intent, state: 'succeeded' });
-  return { op, task, intent, request, steps, workspaceState };
+  return { op, task, intent, request, steps, workspaceState, extra };
 }
 
 /** The task's workflow step and its WIP limit, read before any lock (which admission lock to take). */
@@ -144,12 +147,19 @@ async function claimOnceLocked(
   const placement = await peekPlacement(tx, target.operationId);
   // The admission lock only where there are slots to count: an unlimited step admits every launch.
   const limited = placement.stepId !== null && placement.wipLimit > 0;
+  type ClaimRow = { id: string; state: string; generation: number; lifecycle_generation: number };
+  // The claim row, if one exists, is read under the operation's lock, with the prefix's own reads.
   const p = await lockLaunchPrefixLocked(
     tx,
     target.operationId,
     target.sessionId,
     owner,
     limited ? { admissionStepId: placement.stepId! } : {},
+    (op) =>
+      tx.one<ClaimRow>(
+        'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
+        [op.id, op.task_id, target.sessionId],
+      ),
   );
   if ('refused' in p) return { refused: p.refused as string };
   if (p.workspaceState !== 'active') return { refused: `workspace is ${p.workspaceState}` };
@@ -159,11 +169,7 @@ async function claimOnceLocked(
   if (p.task.workflow_step_id !== placement.stepId) return 'moved';
   const op: OperationRow = p.op;
   const idem = dispatchIdempotencyKey(op.id, target.sessionId);
-  type ClaimRow = { id: string; state: string; generation: number; lifecycle_generation: number };
-  const existing = await tx.one<ClaimRow>(
-    'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
-    [op.id, op.task_id, target.sessionId],
-  );
+  const existing = p.extra;
   let row: Pick<ClaimRow, 'id' | 'state' | 'generation'> | undefined = existing;
   if (existing) {
     tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', existing.id);
@@ -195,10 +201,12 @@ async function claimOnceLocked(
     await enqueueLocked(tx, op.task_id, placement.stepId!);
     return { queued: placement.stepId! };
   }
+  let inserted: Promise<number> | undefined;
   if (!row) {
     const id = globalThis.crypto.randomUUID();
     tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', id);
-    await tx.exec(
+    // Sent with the session's lock below (one round trip, claim 8.2 before session 9).
+    inserted = tx.exec(
       `INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id, workspace_id, state, generation, lifecycle_generation, idempotency_key, request_sha256, created_at, updated_at)
        VALUES (?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ${tx.now}, ${tx.now})`,
       [
@@ -215,8 +223,9 @@ async function claimOnceLocked(
     row = { id, state: 'planned', generation: 0 };
   }
   tx.lockRow(TIER.SESSION, 'task_sessions', target.sessionId);
-  const session = await tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [
-    target.sessionId,
+  const [, session] = await Promise.all([
+    inserted,
+    tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [target.sessionId]),
   ]);
   if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
   // The writes and the launch spec's read travel together (one round trip, in this order, Tx.batch).

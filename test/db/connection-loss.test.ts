@@ -11,13 +11,14 @@
  * - Killed every time: `database_unavailable` after a bounded number of
  *   attempts, and nothing written.
  * - Plain reads, idempotent autocommit writes and the pool shrug off
- *   connections killed while idle.
+ *   connections killed while idle; a one-statement write killed while it
+ *   runs answers `commit_outcome_unknown`.
  * - The HTTP mapping: 503 with Retry-After.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RETRY_AFTER_S, toHttpResponse } from '../../src/api/errors';
 import { connectionsLost, isConnectionLost } from '../../src/db/connection-loss';
-import { execIdempotent, readRows, runTransaction, type Tx } from '../../src/db/tx';
+import { execIdempotent, execOnce, readRows, runTransaction, type Tx } from '../../src/db/tx';
 import { TaskLedgerError } from '../../src/domain/errors';
 import { silentLogger } from '../../src/log';
 import { sql, useTestDb } from '../support/db';
@@ -157,6 +158,37 @@ describe('a transaction whose connection the server kills', () => {
     expect(await execIdempotent(t.db, `UPDATE ${TABLE} SET id = ? WHERE id = ?`, [`${id}-renewed`, id])).toBe(0);
     expect(await rowsWithId(`${id}-renewed`)).toBe(1);
     expect(await rowsWithId(id)).toBe(0);
+  });
+});
+
+describe('a one-statement write whose connection dies while it runs', () => {
+  it('answers commit_outcome_unknown (execOnce) and is not run again', async () => {
+    const id = `once-${Date.now()}`;
+    await sql(t.db, `INSERT INTO ${TABLE} (id) VALUES (?)`, [id]);
+    const marker = `kill-me-${id}`;
+    const sleep = t.db.dialect === 'postgres' ? '(SELECT pg_sleep(2)) IS NOT NULL' : 'SLEEP(2) = 0';
+    const write = execOnce(t.db, 'ProbeOnce', `UPDATE ${TABLE} SET id = ? WHERE id = ? AND ${sleep} /* ${marker} */`, [
+      `${id}-x`,
+      id,
+    ]);
+    write.catch(() => undefined);
+    // Find the backend running it (by the marker in its text) and kill it mid-statement.
+    const running =
+      t.db.dialect === 'postgres'
+        ? "SELECT pid AS id FROM pg_stat_activity WHERE query LIKE ? AND query NOT LIKE '%pg_stat_activity%'"
+        : "SELECT id FROM information_schema.processlist WHERE info LIKE ? AND info NOT LIKE '%processlist%'";
+    let victim: string | undefined;
+    for (let i = 0; i < 100 && victim === undefined; i++) {
+      const [row] = await sql<{ id: string | number }>(killer.db, running, [`%${marker}%`]);
+      if (row) victim = String(row.id);
+      else await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(victim).toBeDefined();
+    await killConnection(victim!);
+    await expect(write).rejects.toMatchObject({ code: 'commit_outcome_unknown' });
+    // Killed before its sleep ended: it did not take effect, and nothing ran it again.
+    expect(await rowsWithId(id)).toBe(1);
+    expect(await rowsWithId(`${id}-x`)).toBe(0);
   });
 });
 
