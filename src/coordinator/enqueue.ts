@@ -96,7 +96,7 @@ async function sendRunnable(
   queues: QueueSet,
   operationId: string,
   state: string | null | undefined,
-  steps: readonly RunnableRow[],
+  rows: readonly RunnableRow[],
   options: EnqueueOptions,
 ): Promise<EnqueueSummary> {
   const wakeComplete = () =>
@@ -113,6 +113,9 @@ async function sendRunnable(
     return { ...none, complete: true };
   }
   if (state !== 'preparing') return none;
+  // One order for every caller (the plan's rows and a read of the ledger come in different orders), so the shared
+  // ledger-only wake-up always names the same step and its job ID deduplicates.
+  const steps = [...rows].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   if (steps.some((s) => s.state === 'failed' || s.compensation_state !== 'none')) return none;
   const others = steps.filter((s) => s.kind !== 'launch_intent');
   const othersDone = others.every((s) => s.state === 'succeeded');
