@@ -60,7 +60,8 @@ async function lockAndVerifyLocked(
   const { op, plan, workspaceState, externalIdAbsent } = await guardOperationLocked(tx, auth, {
     externalIdKey: true,
     steps: true,
-    ownTaskOnly: phase === 'A',
+    // Phase B also locks the blockers' task rows, when the plan has any.
+    ownTaskOnly: phase === 'A' ? true : (p) => planBlockerIds(p).length === 0,
   });
   if (op.state === 'completed') return replay(op);
   if (phase === 'A' && op.state === 'preparing' && workspaceState !== 'active') {

@@ -140,6 +140,8 @@ interface OperationPeek {
   actor: ActorBindingDocument | null;
   /** The task row existed without an external ID when peeked; that never changes back (see GuardedOperation). */
   externalIdAbsent: boolean;
+  /** The plan as this process last verified it under the operation's lock (for `ChainAhead.ownTaskOnly`). */
+  plan?: CreationPlan;
 }
 
 /** Why 4096: one entry per operation a process touched recently; a few hundred bytes each. */
@@ -195,20 +197,26 @@ export interface ChainAhead {
    * The caller's `lockTaskChainLocked` locks no task row but the operation's own (no blockers, no heads): with a
    * task known to hold no external ID, the whole chain can then go ahead.
    */
-  ownTaskOnly?: boolean;
+  ownTaskOnly?: boolean | ((plan: CreationPlan) => boolean);
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
 const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ? FOR UPDATE`;
 const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
 
-function chainStatements(
-  operationId: string,
-  taskId: string,
-  ahead: ChainAhead,
-  externalIdAbsent: boolean,
-): Statement[] {
-  if (ahead.externalIdKey && !(externalIdAbsent && ahead.ownTaskOnly === true)) {
+/**
+ * Whether the caller locks its own task row only. A function of the plan is asked about the plan this process last
+ * verified for the operation (plans never change after Begin; the guard re-verifies the stored bytes below), and
+ * answers no while there is none.
+ */
+function ownTaskOnly(ahead: ChainAhead, peek: OperationPeek): boolean {
+  const own = ahead.ownTaskOnly;
+  if (typeof own === 'function') return peek.plan !== undefined && own(peek.plan);
+  return own === true;
+}
+
+function chainStatements(operationId: string, taskId: string, ahead: ChainAhead, peek: OperationPeek): Statement[] {
+  if (ahead.externalIdKey && !(peek.externalIdAbsent && ownTaskOnly(ahead, peek))) {
     return [{ sql: EXTERNAL_ID_PEEK, params: [taskId] }];
   }
   return [
@@ -258,7 +266,7 @@ export async function guardOperationLocked(
     sql: `SELECT ${OP_COLUMNS}${fenceColumns} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
     params: [operationId],
   };
-  const next = ahead ? chainStatements(operationId, peek.task_id, ahead, peek.externalIdAbsent) : [];
+  const next = ahead ? chainStatements(operationId, peek.task_id, ahead, peek) : [];
   const stepLock: Statement[] =
     options.admissionStepId === undefined
       ? []
@@ -316,6 +324,7 @@ export async function guardOperationLocked(
     });
   }
   const { plan, actor } = verifyStoredBindings(op);
+  peek.plan = plan;
   if (auth.kind === 'handle') {
     const h = auth.handle;
     const matches =
