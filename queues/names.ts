@@ -46,6 +46,8 @@ export interface CompleteJob {
 }
 export interface OutboxJob {
   workspaceId: string;
+  /** Only this creation's events (the pass right after its own Complete); absent: the workspace's whole backlog. */
+  operationId?: string;
 }
 export interface LaunchJob {
   operationId: string;

@@ -30,7 +30,7 @@ export interface CompleteWorkerDeps {
    * Deliver the workspace's outbox in this process after phase B (the fleet sets it when the process also runs the
    * outbox role). It throws only for what a queued dispatcher would retry.
    */
-  dispatchInPlace?: (workspaceId: string) => Promise<unknown>;
+  dispatchInPlace?: (workspaceId: string, operationId?: string) => Promise<unknown>;
 }
 
 export async function processCompleteJob(
@@ -68,7 +68,8 @@ export async function processCompleteJob(
     }
     throw err;
   }
-  await wakeOutbox({ queues: deps.queues, log, dispatchInPlace: deps.dispatchInPlace }, workspaceId);
+  // This creation's events only: another creation's are its own Complete's (or a queued pass's) to deliver.
+  await wakeOutbox({ queues: deps.queues, log, dispatchInPlace: deps.dispatchInPlace }, workspaceId, job.operationId);
   return 'completed';
 
   async function phaseBAfterBatch(auth: { kind: 'operation'; operationId: string; actor: string }) {

@@ -13,14 +13,18 @@ import type { QueueSet } from './queues';
 export interface OutboxWaker {
   queues: QueueSet;
   log: Logger;
-  /** Deliver in this process; throws only for what a queued dispatcher would retry. */
-  dispatchInPlace?: (workspaceId: string) => Promise<unknown>;
+  /**
+   * Deliver in this process; throws only for what a queued dispatcher would retry. With an operation, only that
+   * creation's events (the pass right after its own Complete: two processes completing creations of one workspace
+   * no longer both walk its whole backlog).
+   */
+  dispatchInPlace?: (workspaceId: string, operationId?: string) => Promise<unknown>;
 }
 
-export async function wakeOutbox(w: OutboxWaker, workspaceId: string): Promise<void> {
+export async function wakeOutbox(w: OutboxWaker, workspaceId: string, operationId?: string): Promise<void> {
   if (w.dispatchInPlace) {
     try {
-      await w.dispatchInPlace(workspaceId);
+      await w.dispatchInPlace(workspaceId, operationId);
       return;
     } catch (err) {
       w.log.warn({ err, workspace_id: workspaceId }, 'in-place outbox delivery failed; waking a dispatcher');

@@ -141,7 +141,12 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   // Queued deliveries (the reaper's sweep, a failed in-place pass) take the same single-flight pass: one pass per
   // workspace in this process at a time, and the launch in place here too.
   const launchInPlace = roles.has('launch') ? (job: LaunchJob) => processLaunchJob(launchDeps, job) : undefined;
-  const deliveryPass = singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }));
+  const workspacePass = singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }));
+  // Right after a Complete: that creation's events only (no other process walks them at the same time).
+  const deliveryPass = (workspaceId: string, operationId?: string) =>
+    operationId === undefined
+      ? workspacePass(workspaceId)
+      : processOutboxJob(outboxDeps, { workspaceId, operationId }, { launchInPlace });
   const completeDeps = {
     db,
     queues,

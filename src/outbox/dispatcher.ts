@@ -152,12 +152,17 @@ export async function processOutboxJob(
   // Past the events this pass already handled (a held one stays undelivered: the next read must not return it).
   let after: string | null = null;
   for (;;) {
+    const scope = job.operationId === undefined ? '' : 'AND operation_id = ?';
     const rows: (Omit<OutboxEvent, 'payload'> & { payload_json: string })[] = await readRows(
       deps.db,
       `SELECT seq, event_id, type, task_id, operation_id, revision, payload_json FROM event_outbox
-        WHERE workspace_id = ? AND delivered_at IS NULL ${after === null ? '' : 'AND seq > ?'}
+        WHERE workspace_id = ? ${scope} AND delivered_at IS NULL ${after === null ? '' : 'AND seq > ?'}
         ORDER BY seq LIMIT ${BATCH}`,
-      after === null ? [job.workspaceId] : [job.workspaceId, after],
+      [
+        job.workspaceId,
+        ...(job.operationId === undefined ? [] : [job.operationId]),
+        ...(after === null ? [] : [after]),
+      ],
     );
     if (rows.length > 0) after = String(rows[rows.length - 1]!.seq);
     if (rows.length === 0) return delivered;

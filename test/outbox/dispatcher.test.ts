@@ -1,6 +1,6 @@
 /**
- * The outbox dispatcher's pass: every undelivered event of the workspace in
- * sequence order, each launch event's agent started (here: in place) before
+ * The outbox dispatcher's pass: every undelivered event of the workspace (or,
+ * right after a Complete, of that one creation) in sequence order, each launch event's agent started (here: in place) before
  * the event is marked; and an event another process's pass marked delivered
  * after this pass read its batch is skipped, with no second launch attempt
  * and no mark. A deferred start's `task.dependencies_resolved` is promoted
@@ -69,6 +69,32 @@ describe('outbox dispatcher', () => {
     expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId }, { launchInPlace })).toBe(3);
     expect(launched).toEqual([ops[0], ops[2]]);
     expect(seen.map((e) => e.operation_id)).toEqual(ops);
+    expect(await undelivered(ws)).toBe(0);
+  });
+
+  it("an operation's own pass (right after its Complete) delivers its events only; the workspace pass the rest", async () => {
+    const ws = await seedWorkspace(t.db);
+    const ops = [await completed(ws, true), await completed(ws, true), await completed(ws, false)];
+    const launched: string[] = [];
+    const seen: OutboxEvent[] = [];
+    const launchInPlace = async (job: LaunchJob) => void launched.push(job.operationId);
+    const deps = {
+      db: t.db,
+      queues,
+      log: silentLogger(),
+      metrics: null,
+      subscribers: [(e: OutboxEvent) => seen.push(e)],
+    };
+    const scoped = { workspaceId: ws.workspaceId, operationId: ops[1]! };
+    expect(await processOutboxJob(deps, scoped, { launchInPlace })).toBe(1);
+    expect(launched).toEqual([ops[1]]);
+    expect(seen.map((e) => e.operation_id)).toEqual([ops[1]]);
+    expect(await undelivered(ws)).toBe(2);
+    // Asked again, it has nothing left to do.
+    expect(await processOutboxJob(deps, scoped, { launchInPlace })).toBe(0);
+    expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId }, { launchInPlace })).toBe(2);
+    expect(launched).toEqual([ops[1], ops[0]]);
+    expect(seen.map((e) => e.operation_id)).toEqual([ops[1], ops[0], ops[2]]);
     expect(await undelivered(ws)).toBe(0);
   });
 
