@@ -45,6 +45,15 @@ async function completed(ws: SeededWorkspace, startAgent: boolean): Promise<stri
   return res.operationId;
 }
 
+/** A dispatcher's deps whose subscriber records every event it is handed. */
+const passDeps = (seen: OutboxEvent[]) => ({
+  db: t.db,
+  queues,
+  log: silentLogger(),
+  metrics: null,
+  subscribers: [(e: OutboxEvent) => seen.push(e)],
+});
+
 const undelivered = (ws: SeededWorkspace) =>
   count(t.db, 'event_outbox', 'workspace_id = ? AND delivered_at IS NULL', [ws.workspaceId]);
 
@@ -59,13 +68,7 @@ describe('outbox dispatcher', () => {
       expect(await count(t.db, 'event_outbox', 'operation_id = ? AND delivered_at IS NULL', [job.operationId])).toBe(1);
       launched.push(job.operationId);
     };
-    const deps = {
-      db: t.db,
-      queues,
-      log: silentLogger(),
-      metrics: null,
-      subscribers: [(e: OutboxEvent) => seen.push(e)],
-    };
+    const deps = passDeps(seen);
     expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId }, { launchInPlace })).toBe(3);
     expect(launched).toEqual([ops[0], ops[2]]);
     expect(seen.map((e) => e.operation_id)).toEqual(ops);
@@ -78,13 +81,7 @@ describe('outbox dispatcher', () => {
     const launched: string[] = [];
     const seen: OutboxEvent[] = [];
     const launchInPlace = async (job: LaunchJob) => void launched.push(job.operationId);
-    const deps = {
-      db: t.db,
-      queues,
-      log: silentLogger(),
-      metrics: null,
-      subscribers: [(e: OutboxEvent) => seen.push(e)],
-    };
+    const deps = passDeps(seen);
     const scoped = { workspaceId: ws.workspaceId, operationId: ops[1]! };
     expect(await processOutboxJob(deps, scoped, { launchInPlace })).toBe(1);
     expect(launched).toEqual([ops[1]]);
