@@ -36,6 +36,7 @@ import type { LaunchIntentRequest } from '../canonical/types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { execIdempotent, runTransaction, type Db, type Tx } from '../db/tx';
+import type { Statement } from '../db/batch';
 import { nowPlusMsSql, nowSql } from '../db/dialect';
 import { verifyStoredEvidence } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type GuardOptions, type OperationRow } from './operation-guard';
@@ -96,32 +97,35 @@ export async function lockLaunchPrefixLocked<X = undefined>(
   sessionId: string,
   actor: string,
   options: GuardOptions = {},
-  /** A plain read of the caller's, sent with the prefix's revision and event reads (one round trip). */
-  alongside?: (op: OperationRow) => Promise<X>,
+  /** A plain read of the caller's (given the task ID), sent with the prefix's own reads. */
+  alongside?: (taskId: string) => Statement,
 ) {
+  // The revision and event reads (and the caller's) travel in the guard's first round trip, after the chain.
+  const reads = (taskId: string): Statement[] => [
+    { sql: 'SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', params: [taskId] },
+    {
+      sql: "SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'",
+      params: [taskId],
+    },
+    ...(alongside ? [alongside(taskId)] : []),
+  ];
   const { op, plan, workspaceState } = await guardOperationLocked(
     tx,
     { kind: 'operation', operationId, actor },
     { externalIdKey: false, steps: true },
-    options,
+    { ...options, aheadReads: reads },
   );
   if (op.state !== 'completed') return { refused: `operation is ${op.state}, not completed` } as const;
   const { task } = await lockTaskChainLocked(tx, op, { externalIdKey: false, steps: true });
   if (!task || task.lifecycle_state === 'deleted') return { refused: 'task is not live' } as const;
-  const [revision, event, extra] = await Promise.all([
-    tx.one('SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', [op.task_id]),
-    tx.one("SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'", [
-      op.task_id,
-    ]),
-    alongside ? alongside(op) : Promise.resolve(undefined as X),
-  ]);
+  const [revision, event, extra] = await Promise.all(reads(op.task_id).map((r) => tx.one(r.sql, [...r.params])));
   if (!revision || !event) return { refused: 'revision one or its task.created is not committed' } as const;
   const steps = await lockStepsLocked(tx, op.id);
   const intent = steps.find((s) => s.kind === 'launch_intent' && s.step_key === sessionId);
   if (!intent || intent.state !== 'armed') return { refused: 'no armed launch intent for this session' } as const;
   const request = verifyStepRequest(intent, plan) as LaunchIntentRequest;
   verifyStoredEvidence({ ...intent, state: 'succeeded' });
-  return { op, task, intent, request, steps, workspaceState, extra };
+  return { op, task, intent, request, steps, workspaceState, extra: extra as X | undefined };
 }
 
 /** The task's workflow step and its WIP limit, read before any lock (which admission lock to take). */
@@ -149,17 +153,16 @@ async function claimOnceLocked(
   const limited = placement.stepId !== null && placement.wipLimit > 0;
   type ClaimRow = { id: string; state: string; generation: number; lifecycle_generation: number };
   // The claim row, if one exists, is read under the operation's lock, with the prefix's own reads.
-  const p = await lockLaunchPrefixLocked(
+  const p = await lockLaunchPrefixLocked<ClaimRow>(
     tx,
     target.operationId,
     target.sessionId,
     owner,
     limited ? { admissionStepId: placement.stepId! } : {},
-    (op) =>
-      tx.one<ClaimRow>(
-        'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
-        [op.id, op.task_id, target.sessionId],
-      ),
+    (taskId) => ({
+      sql: 'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
+      params: [target.operationId, taskId, target.sessionId],
+    }),
   );
   if ('refused' in p) return { refused: p.refused as string };
   if (p.workspaceState !== 'active') return { refused: `workspace is ${p.workspaceState}` };

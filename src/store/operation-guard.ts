@@ -66,6 +66,13 @@ export interface GuardOptions {
    * workspace and the operation (WIP admission at launch, store/wip-admission.ts).
    */
   admissionStepId?: string;
+  /**
+   * Plain reads of the caller's (given the operation's task ID) sent in the guard's first round trip, after the
+   * task chain's statements (only when the whole chain goes ahead: `externalIdKey: false`). The caller issues
+   * them, in this order, right after `lockTaskChainLocked` and before `lockStepsLocked`, and they are answered
+   * from there (`Tx.batchAhead`).
+   */
+  aheadReads?: (taskId: string) => Statement[];
 }
 
 /** Every operation column a guard or a reader (verify) needs. */
@@ -266,7 +273,9 @@ export async function guardOperationLocked(
     sql: `SELECT ${OP_COLUMNS}${fenceColumns} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
     params: [operationId],
   };
-  const next = ahead ? chainStatements(operationId, peek.task_id, ahead, peek) : [];
+  const chain = ahead ? chainStatements(operationId, peek.task_id, ahead, peek) : [];
+  const reads = ahead && !ahead.externalIdKey && options.aheadReads ? options.aheadReads(peek.task_id) : [];
+  const next = [...chain, ...reads];
   const stepLock: Statement[] =
     options.admissionStepId === undefined
       ? []
