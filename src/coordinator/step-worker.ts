@@ -4,7 +4,9 @@
  * record by compare-and-set (inside the handler), then send the wake-ups the
  * operation needs next. A kind whose effect lives only in the ledger
  * (`applyInClaim`) is claimed, performed and recorded in one transaction
- * instead (store/ledger-step.ts). A duplicate or stale job finds the step already
+ * instead (store/ledger-step.ts); in a worker that also completes, the batch
+ * that arms the launch intent commits Complete's phase A too, and phase B
+ * follows here (ADR 0016). A duplicate or stale job finds the step already
  * claimed or finished, does nothing, and says so in the log. A permanent
  * `failed` starts recovery of the operation at once (compensate, then Abort)
  * instead of waiting for the next sweep; if another step is still running,

@@ -95,6 +95,12 @@ export async function claimAndApplyLedgerStep(
  * fires after its apply. A conflict of `ref`'s claim writes nothing; an
  * outcome other than success ends the batch there (the rest stay `planned`
  * for the recovery or the retry that outcome starts).
+ *
+ * With `phaseA` (the inline worker, which then runs phase B), the claim also
+ * takes the external-ID key (5.1) and the up-front union also holds
+ * Complete's verification locks; a batch that arms the launch intent then
+ * runs Complete's phase A before COMMIT (store/complete-in-batch.ts, ADR
+ * 0016), which writes nothing when its predicate does not hold.
  */
 export async function claimAndApplyLedgerSteps(
   db: Db,
