@@ -34,6 +34,8 @@ export interface Statement {
 export interface StatementResult {
   rows: Record<string, unknown>[];
   affected: number;
+  /** PostgreSQL's command tag (`COMMIT`, or `ROLLBACK` for a COMMIT of a failed transaction); absent on MySQL. */
+  command?: string;
 }
 
 function pgLiteral(value: SqlParam): string {
@@ -71,6 +73,7 @@ export function inlinable(params: readonly SqlParam[]): boolean {
 interface PgResult {
   rows?: Record<string, unknown>[];
   rowCount?: number | null;
+  command?: string;
 }
 
 interface MysqlHeader {
@@ -111,7 +114,7 @@ export async function sendBatch(
   const results = raw.map((r): StatementResult => {
     if (dialect === 'postgres') {
       const p = r as PgResult;
-      return { rows: p.rows ?? [], affected: Number(p.rowCount ?? 0) };
+      return { rows: p.rows ?? [], affected: Number(p.rowCount ?? 0), command: p.command };
     }
     if (Array.isArray(r)) return { rows: r as Record<string, unknown>[], affected: 0 };
     return { rows: [], affected: Number((r as MysqlHeader).affectedRows ?? 0) };

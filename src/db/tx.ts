@@ -85,11 +85,32 @@ export class Tx {
   /** The round trip on the wire; the next flush follows it. */
   private inflight: Promise<void> = Promise.resolve();
   private closed = false;
+  /** The last writes, sent with COMMIT (`commitWith`). */
+  private finals: Statement[] | null = null;
 
   constructor(
     private readonly qr: QueryRunner,
     readonly dialect: Dialect,
   ) {}
+
+  /**
+   * The transaction's last writes, sent with its COMMIT in one round trip
+   * (`runTransaction`), in this order. Only for writes whose outcome nothing
+   * inspects: locks this transaction already holds must guarantee them (a
+   * compare-and-set whose count decides anything is sent with `exec`). A
+   * failing one rolls the whole transaction back and its error propagates as
+   * from `exec`; a connection lost on the way answers
+   * `commit_outcome_unknown`. Nothing may be issued after it.
+   */
+  commitWith(statements: readonly Statement[]): void {
+    if (this.finals !== null) throw new Error('internal: commitWith called twice');
+    this.finals = [...statements];
+  }
+
+  /** The writes `commitWith` left for COMMIT. */
+  get finalWrites(): readonly Statement[] {
+    return this.finals ?? [];
+  }
 
   /** Whether the transaction has been opened on the server (a transaction that ran no SQL never is). */
   get opened(): boolean {
@@ -122,6 +143,7 @@ export class Tx {
    */
   batch(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.closed) return Promise.reject(new Error('internal: statement on a finished transaction'));
+    if (this.finals !== null) return Promise.reject(new Error('internal: statement after commitWith'));
     const results = statements.map(
       (stmt) => new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject })),
     );
@@ -351,6 +373,27 @@ export async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<
  * statement error that something swallowed would otherwise lose the whole
  * transaction silently. That is a bug, and it fails loudly here.
  */
+/**
+ * The final writes and COMMIT in one round trip (with START TRANSACTION first when nothing opened it yet); the
+ * server stops at the first failing statement, and the runner then rolls back. PostgreSQL needs every parameter
+ * inlined for a batch: otherwise the writes go one by one and COMMIT after them.
+ */
+async function commitFinals(qr: QueryRunner, dialect: Dialect, finals: readonly Statement[], begin: boolean) {
+  if (dialect === 'postgres' && !finals.every((s) => inlinable(s.params))) {
+    if (begin) await qr.query('START TRANSACTION');
+    for (const s of finals) await qr.query(toDialectSql(dialect, s.sql), [...s.params]);
+    await commit(qr, dialect);
+    return;
+  }
+  const results = await sendBatch(qr, dialect, [...finals, { sql: 'COMMIT', params: [] }], { begin });
+  const last = results[results.length - 1];
+  if (dialect === 'postgres' && last?.command !== 'COMMIT') {
+    throw new Error(
+      `internal: COMMIT answered ${String(last?.command)}: a statement of this transaction failed unseen`,
+    );
+  }
+}
+
 async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
   if (dialect !== 'postgres') {
     await qr.query('COMMIT');
@@ -378,6 +421,7 @@ export async function runTransaction<T>(
     const qr = db.ds.createQueryRunner();
     let tx: Tx | undefined;
     let committing = false;
+    let sentFinals = false;
     try {
       await qr.connect();
       await ensureSession(qr, db.dialect);
@@ -386,7 +430,12 @@ export async function runTransaction<T>(
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
       await tx.close();
-      if (tx.opened) {
+      const finals = tx.finalWrites;
+      if (finals.length > 0 && !tx.isRollbackOnly) {
+        committing = true;
+        sentFinals = true;
+        await commitFinals(qr, db.dialect, finals, !tx.opened);
+      } else if (tx.opened) {
         if (tx.isRollbackOnly) await qr.query('ROLLBACK');
         else {
           committing = true;
@@ -420,7 +469,7 @@ export async function runTransaction<T>(
         await sleep(backoff(LOST_BACKOFF_BASE_MS, LOST_BACKOFF_CAP_MS, lostAttempts));
         continue;
       }
-      if (tx?.opened) {
+      if (tx?.opened || sentFinals) {
         await qr.query('ROLLBACK').catch(() => undefined);
       }
       const unique = uniqueViolationConstraint(err);

@@ -19,10 +19,13 @@
  * hold — or a verification lock the batch did not take and can no longer
  * take in order — writes nothing here: the batch commits its steps as before
  * and the operation's Complete runs phase A on its own, where a failed check
- * is reported as it always was. Answers `completing` or why not.
+ * is reported as it always was. Answers `completing` or why not; the two
+ * writes are sent with the batch's COMMIT (`Tx.commitWith`), so nothing may
+ * be issued after this in the transaction.
  */
 import type { Tx } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
+import { phaseAWrites } from './complete';
 import { completeLockNeeds, verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
 import type { GuardedOperation, TaskLockRow } from './operation-guard';
 import { lockStepsLocked } from './step-rows';
@@ -49,20 +52,7 @@ export async function completePhaseAInBatchLocked(
     if (isTaskLedgerError(err)) return 'predicate_failed';
     throw err;
   }
-  // Issued together: one round trip, run by the server in this order (Tx.batch), as phase A's own.
-  const [opChanged, taskChanged] = await Promise.all([
-    tx.exec(
-      `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
-      [op.id],
-    ),
-    tx.exec(
-      `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
-      [task.id],
-    ),
-  ]);
-  if (opChanged !== 1 || taskChanged !== 1) {
-    // Both rows are locked and were read `preparing` above: a difference is a broken invariant, not a race.
-    throw new Error(`internal: phase A in the batch changed ${opChanged} operation and ${taskChanged} task rows`);
-  }
+  // Phase A's writes go with the batch's COMMIT (Tx.commitWith): both rows are locked and were read `preparing`.
+  tx.commitWith(phaseAWrites(tx, op.id, task.id));
   return 'completing';
 }

@@ -25,6 +25,7 @@ import { payloadHash } from '../canonical/hash';
 import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
+import type { Statement } from '../db/batch';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import { verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
@@ -109,6 +110,11 @@ export async function completeTaskCreationLocked(
   v: VerifiedCreation,
   /** The `task.created` event's ID (workspace deletion orders it before its `task.deleted` in the outbox tier). */
   givenEventId?: string,
+  /**
+   * The transaction ends here (phase B of its own): without a resolution to follow, the five writes go with its
+   * COMMIT (Tx.commitWith) — the operation row is locked and was read `completing`, so its compare-and-set holds.
+   */
+  last = false,
 ): Promise<CompleteResult> {
   const eventId: string = givenEventId ?? randomUUID();
   // The task's last awaited blocker was marked done while it was being created (store/task-done.ts): its
@@ -130,32 +136,41 @@ export async function completeTaskCreationLocked(
     manifest_hash: v.op.manifest_hash,
     start_policy: v.plan.start_policy,
   };
-  // The five writes are issued together: one round trip, run by the server strictly in this order (Tx.batch); the
-  // first that fails stops the rest and its error propagates, as if each had been awaited in turn.
-  const [, , , , changed] = await Promise.all([
-    tx.exec(
-      `UPDATE tasks SET creation_state = 'completed', revision = 1,
+  const writes: Statement[] = [
+    {
+      sql: `UPDATE tasks SET creation_state = 'completed', revision = 1,
               external_id_settled_at = CASE WHEN external_id IS NULL THEN NULL ELSE ${tx.now} END, updated_at = ${tx.now}
         WHERE id = ? AND creation_state = 'completing'`,
-      [v.task.id],
-    ),
-    tx.exec(`UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`, [v.task.id]),
-    tx.exec(
-      `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
-      [v.task.id, v.op.workspace_id, v.op.id, eventId],
-    ),
-    tx.exec(
-      `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
+      params: [v.task.id],
+    },
+    {
+      sql: `UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`,
+      params: [v.task.id],
+    },
+    {
+      sql: `INSERT INTO task_revisions (task_id, revision, workspace_id, kind, operation_id, event_id, created_at) VALUES (?, 1, ?, 'created', ?, ?, ${tx.now})`,
+      params: [v.task.id, v.op.workspace_id, v.op.id, eventId],
+    },
+    {
+      sql: `INSERT INTO event_outbox (event_id, workspace_id, task_id, revision, type, operation_id, payload_json, payload_sha256, created_at)
        VALUES (?, ?, ?, 1, 'task.created', ?, ?, ?, ${tx.now})`,
-      [eventId, v.op.workspace_id, v.task.id, v.op.id, canonicalJson(payload), payloadHash(payload)],
-    ),
-    tx.exec(
-      `UPDATE task_creation_operations SET state = 'completed', result_outcome = ?, result_revision = 1, result_event_id = ?,
+      params: [eventId, v.op.workspace_id, v.task.id, v.op.id, canonicalJson(payload), payloadHash(payload)],
+    },
+    {
+      sql: `UPDATE task_creation_operations SET state = 'completed', result_outcome = ?, result_revision = 1, result_event_id = ?,
               completed_at = ${tx.now}, updated_at = ${tx.now}
         WHERE id = ? AND state = 'completing'`,
-      [outcome, eventId, v.op.id],
-    ),
-  ]);
+      params: [outcome, eventId, v.op.id],
+    },
+  ];
+  const result: CompleteResult = { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
+  if (last && resolvedEventId === null) {
+    tx.commitWith(writes);
+    return result;
+  }
+  // Issued together: one round trip, run by the server strictly in this order (Tx.batch); the first that fails
+  // stops the rest and its error propagates, as if each had been awaited in turn.
+  const [, , , , changed] = await Promise.all(writes.map((w) => tx.exec(w.sql, [...w.params])));
   if (changed !== 1)
     throw new ConflictError('creation_state_conflict', 'operation left completing concurrently', {
       operation_id: v.op.id,
@@ -175,7 +190,21 @@ export async function completeTaskCreationLocked(
       resolvedBy: null,
     });
   }
-  return { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
+  return result;
+}
+
+/** Phase A's two writes, `preparing -> completing` (also the batch's, store/complete-in-batch.ts). */
+export function phaseAWrites(tx: Tx, operationId: string, taskId: string): Statement[] {
+  return [
+    {
+      sql: `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
+      params: [operationId],
+    },
+    {
+      sql: `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
+      params: [taskId],
+    },
+  ];
 }
 
 /**
@@ -191,17 +220,8 @@ export async function completeTaskCreationPhaseA(
     const v = await lockAndVerifyLocked(tx, auth, 'A');
     if ('outcome' in v) return v;
     if (v.op.state === 'completing') return 'already_completing';
-    // Issued together: one round trip, run by the server in this order (Tx.batch).
-    await Promise.all([
-      tx.exec(
-        `UPDATE task_creation_operations SET state = 'completing', completing_at = ${tx.now}, updated_at = ${tx.now} WHERE id = ? AND state = 'preparing'`,
-        [v.op.id],
-      ),
-      tx.exec(
-        `UPDATE tasks SET creation_state = 'completing', updated_at = ${tx.now} WHERE id = ? AND creation_state = 'preparing'`,
-        [v.task.id],
-      ),
-    ]);
+    // Sent with COMMIT, in this order (Tx.commitWith): both rows are locked and were read `preparing` above.
+    tx.commitWith(phaseAWrites(tx, v.op.id, v.task.id));
     return 'completing';
   });
 }
@@ -211,7 +231,7 @@ export async function completeTaskCreationPhaseB(db: Db, auth: OperationAuthorit
   return runTransaction(db, 'CompleteTaskCreation.B', async (tx) => {
     const v = await lockAndVerifyLocked(tx, auth, 'B');
     if ('outcome' in v) return v;
-    return completeTaskCreationLocked(tx, v);
+    return completeTaskCreationLocked(tx, v, undefined, true);
   });
 }
 

@@ -3,7 +3,9 @@
  * statements a transaction issues together run in issue order, values reach
  * the database byte for byte (PostgreSQL inlines them as literals), one
  * failing statement fails the whole transaction, a lock cannot jump ahead of
- * the locks sent ahead, and a finished transaction refuses statements.
+ * the locks sent ahead, and a finished transaction refuses statements. A
+ * transaction's final writes travel with its COMMIT (`Tx.commitWith`): in
+ * order, all or nothing, and nothing may follow them.
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
@@ -154,5 +156,56 @@ describe('statement batches', () => {
     });
     expect(opened).toBe(false);
     await expect(kept!.rows('SELECT 1 AS one')).rejects.toThrow(/finished transaction/);
+  });
+});
+
+describe('final writes sent with COMMIT (Tx.commitWith)', () => {
+  const insert = (tx: Tx, id: string, name: string) => ({
+    sql: `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
+    params: [id, name],
+  });
+
+  it('commits them after what the transaction did before, in order', async () => {
+    const [a, b] = [randomUUID(), randomUUID()];
+    const out = await runTransaction(t.db, 'FinalWrites', async (tx) => {
+      await insertWorkspace(tx, a, 'first');
+      tx.commitWith([
+        insert(tx, b, 'second'),
+        { sql: 'UPDATE workspaces SET name = ? WHERE id = ?', params: ['renamed', a] },
+      ]);
+      return 'done';
+    });
+    expect(out).toBe('done');
+    expect(await names([a, b])).toEqual(['renamed', 'second']);
+  });
+
+  it('opens the transaction itself when nothing was sent before', async () => {
+    const id = randomUUID();
+    await runTransaction(t.db, 'OnlyFinalWrites', (tx) => Promise.resolve(tx.commitWith([insert(tx, id, 'alone')])));
+    expect(await names([id])).toEqual(['alone']);
+  });
+
+  it('a failing final write rolls back the whole transaction and its error propagates', async () => {
+    const [a, b] = [randomUUID(), randomUUID()];
+    await runTransaction(t.db, 'Seed', (tx) => insertWorkspace(tx, b, 'taken'));
+    await expect(
+      runTransaction(t.db, 'FinalWritesFail', async (tx) => {
+        await insertWorkspace(tx, a, 'before');
+        tx.commitWith([
+          { sql: 'UPDATE workspaces SET name = ? WHERE id = ?', params: ['changed', b] },
+          insert(tx, b, 'dup'),
+        ]);
+      }),
+    ).rejects.toThrow();
+    expect(await names([a, b])).toEqual(['<absent>', 'taken']);
+  });
+
+  it('refuses a statement after the final writes', async () => {
+    await expect(
+      runTransaction(t.db, 'AfterFinal', async (tx) => {
+        tx.commitWith([insert(tx, randomUUID(), 'x')]);
+        await tx.rows('SELECT 1 AS one');
+      }),
+    ).rejects.toThrow(/after commitWith/);
   });
 });
