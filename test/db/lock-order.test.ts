@@ -28,6 +28,20 @@ describe('LockPlan', () => {
     expect(plan.acquisitions()).toHaveLength(8);
   });
 
+  it('says, without acquiring, whether a lock could still be taken in order', () => {
+    const plan = new LockPlan();
+    plan.acquire(TIER.OPERATION, 'b');
+    plan.acquire(TIER.SESSION, 'm');
+    expect(plan.accepts(TIER.OPERATION, 'b')).toBe(true); // held
+    expect(plan.accepts(TIER.OPERATION, 'c')).toBe(false); // a lower tier than one held
+    expect(plan.accepts(TIER.SESSION, 'a')).toBe(false); // same tier, a lower key
+    expect(plan.accepts(TIER.SESSION, 'z')).toBe(true);
+    expect(plan.accepts(TIER.ENVIRONMENT, 'a')).toBe(true);
+    // Nothing was recorded by asking: the lower key of the held tier is still refused, the higher one taken.
+    expect(() => plan.acquire(TIER.SESSION, 'a')).toThrow(LockOrderError);
+    expect(plan.acquire(TIER.SESSION, 'n')).toBe('new');
+  });
+
   it('treats a re-acquisition of a held key as a no-op, even after higher tiers', () => {
     const plan = new LockPlan();
     plan.acquire(TIER.WORKSPACE, 'workspaces:a');

@@ -39,6 +39,22 @@ async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> 
   return Promise.race([p.then(() => true), timeout]);
 }
 
+/** Starts `command` while another transaction holds the key: it must still be waiting after 400 ms; then frees it. */
+async function waitsForKey<T>(
+  workspaceId: string,
+  externalId: string,
+  command: () => Promise<T>,
+): Promise<{ running: Promise<T> }> {
+  const k = holdKey(workspaceId, externalId);
+  await k.isHeld;
+  const running = command();
+  running.catch(() => undefined);
+  expect(await settlesWithin(running, 400)).toBe(false);
+  k.release();
+  await k.done;
+  return { running };
+}
+
 describe('the external-ID key lock after a remembered guard', () => {
   it('Complete of a task holding an external ID waits for the key, each phase', async () => {
     const ws = await seedWorkspace(t.db);
@@ -47,21 +63,10 @@ describe('the external-ID key lock after a remembered guard', () => {
     // Claims and records guard the operation: this process has seen it (with its ID) before Complete.
     await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
 
-    const a = holdKey(ws.workspaceId, 'held-key');
-    await a.isHeld;
-    const phaseA = completeTaskCreationPhaseA(t.db, auth);
-    expect(await settlesWithin(phaseA, 400)).toBe(false);
-    a.release();
-    await a.done;
-    expect(await phaseA).toBe('completing');
-
-    const b = holdKey(ws.workspaceId, 'held-key');
-    await b.isHeld;
-    const phaseB = completeTaskCreation(t.db, auth);
-    expect(await settlesWithin(phaseB, 400)).toBe(false);
-    b.release();
-    await b.done;
-    expect((await phaseB).outcome).toBe('Created');
+    const a = await waitsForKey(ws.workspaceId, 'held-key', () => completeTaskCreationPhaseA(t.db, auth));
+    expect(await a.running).toBe('completing');
+    const b = await waitsForKey(ws.workspaceId, 'held-key', () => completeTaskCreation(t.db, auth));
+    expect((await b.running).outcome).toBe('Created');
   });
 
   it('Abort of a task holding an external ID waits for the key before its predicate', async () => {
@@ -74,15 +79,11 @@ describe('the external-ID key lock after a remembered guard', () => {
     // Guarded once already (a Complete refused: nothing succeeded yet).
     await expect(completeTaskCreation(t.db, auth)).rejects.toMatchObject({ code: 'creation_state_conflict' });
 
-    const k = holdKey(ws.workspaceId, 'abort-key');
-    await k.isHeld;
     // Abort locks the whole chain before it checks its predicate (here: refused, no step failed).
-    const abort = abortTaskCreation(t.db, auth, 'caller_cancelled');
-    abort.catch(() => undefined);
-    expect(await settlesWithin(abort, 400)).toBe(false);
-    k.release();
-    await k.done;
-    await expect(abort).rejects.toMatchObject({ code: 'creation_state_conflict' });
+    const abort = await waitsForKey(ws.workspaceId, 'abort-key', () =>
+      abortTaskCreation(t.db, auth, 'caller_cancelled'),
+    );
+    await expect(abort.running).rejects.toMatchObject({ code: 'creation_state_conflict' });
   });
 
   it('a task without an external ID completes while an unrelated key is held', async () => {
