@@ -29,7 +29,9 @@ if (dir) {
     if (PORTS.has(this.remotePort)) {
       const chunks = writev ? data.map((d) => d.chunk) : [data];
       const first = chunks.find((c) => Buffer.isBuffer(c) && (c[0] === 0x50 || c[0] === 0x51)) ?? chunks[0];
-      const text = Buffer.isBuffer(first) ? first.toString('utf8', 0, Math.min(first.length, 160)) : String(first);
+      const text = Buffer.isBuffer(first)
+        ? first.toString('utf8', 0, Math.min(first.length, Number(process.env.TL_WIDTH ?? 160)))
+        : String(first);
       const at = (performance.timeOrigin + performance.now()).toFixed(2);
       lines.push(`${at} ${process.pid} ${this.remotePort} ${text.replace(/[^\x20-\x7e]+/g, ' ').replace(/\s+/g, ' ')}`);
     }

@@ -16,8 +16,9 @@
  * no I/O other than SQL on `tx`: Git, HTTP and process work happen outside.
  * START TRANSACTION travels with the first statements, and statements issued
  * together share a round trip in issue order (`Tx.batch`, `Tx.batchAhead`,
- * docs/adr/0006-statement-batches.md); COMMIT on PostgreSQL proves it
- * committed.
+ * docs/adr/0006-statement-batches.md); a compare-and-set sent without
+ * waiting (`Tx.expect`) is checked before COMMIT; COMMIT on PostgreSQL proves
+ * it committed.
  */
 import type { DataSource, QueryRunner } from 'typeorm';
 import { TaskLedgerError } from '../domain/errors';
@@ -33,6 +34,7 @@ import {
 } from './dialect';
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
+import { Expectations } from './expectations';
 
 export interface Db {
   readonly ds: DataSource;
@@ -87,6 +89,8 @@ export class Tx {
   private closed = false;
   /** The last writes, sent with COMMIT (`commitWith`). */
   private finals: Statement[] | null = null;
+  /** Writes sent without waiting for their answer (`expect`), settled before COMMIT. */
+  readonly expectations = new Expectations();
 
   constructor(
     private readonly qr: QueryRunner,
@@ -126,6 +130,20 @@ export class Tx {
   async one<T = Record<string, unknown>>(sql: string, params: SqlParam[] = []): Promise<T | undefined> {
     const rows = await this.rows<T>(sql, params);
     return rows[0];
+  }
+
+  /**
+   * Issues a write that must change exactly `affected` rows, without waiting
+   * for its answer: it travels with the next statements the transaction
+   * issues (or alone, before COMMIT). `runTransaction` settles every
+   * expectation before it commits; a wrong count throws `mismatch()` and
+   * rolls the whole transaction back, and is what the caller sees even when
+   * a later statement failed first. Only for a compare-and-set on rows this
+   * transaction already holds, whose outcome nothing before COMMIT reads
+   * (what follows assumes it took; if it did not, none of it commits).
+   */
+  expect(statement: Statement, affected: number, mismatch: () => Error): void {
+    this.expectations.track(this.batch([statement]), affected, mismatch);
   }
 
   /** Runs an INSERT/UPDATE/DELETE and returns the affected row count. */
@@ -429,6 +447,7 @@ export async function runTransaction<T>(
       // START TRANSACTION goes out with the transaction's first statements (Tx.send).
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
+      await tx.expectations.settle();
       await tx.close();
       const finals = tx.finalWrites;
       if (finals.length > 0 && !tx.isRollbackOnly) {
@@ -443,8 +462,10 @@ export async function runTransaction<T>(
         }
       }
       return result;
-    } catch (err) {
+    } catch (caught) {
       await tx?.close();
+      // A write sent without waiting (`Tx.expect`) that did not take explains what failed after it.
+      const err = isConnectionLost(caught) ? caught : (tx?.expectations.firstMismatch ?? caught);
       if (isConnectionLost(err)) {
         countConnectionLoss();
         discardConnection(qr, db.dialect, err);

@@ -51,23 +51,24 @@ export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<Claim
   return { guarded, steps, step };
 }
 
-/** The compare-and-set every claimed result goes through. */
-export async function casFromRunning(
-  tx: Tx,
-  claim: StepClaim,
-  to: StepState,
-  sets: string,
-  params: SqlParam[],
-): Promise<void> {
-  const changed = await tx.exec(
-    `UPDATE task_creation_steps SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
+/**
+ * The compare-and-set every claimed result goes through. Sent without waiting
+ * (`Tx.expect`): it travels with the transaction's next statements, and the
+ * runner checks it took before COMMIT — a stale claim rolls back everything
+ * after it and throws `stale_claim`.
+ */
+export function casFromRunning(tx: Tx, claim: StepClaim, to: StepState, sets: string, params: SqlParam[]): void {
+  tx.expect(
+    {
+      sql: `UPDATE task_creation_steps SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
       WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
-    [to, ...params, claim.stepId, claim.generation, claim.owner],
+      params: [to, ...params, claim.stepId, claim.generation, claim.owner],
+    },
+    1,
+    () =>
+      new ConflictError('stale_claim', 'claim is stale: generation, owner or lease no longer matches', {
+        step_id: claim.stepId,
+        generation: claim.generation,
+      }),
   );
-  if (changed !== 1) {
-    throw new ConflictError('stale_claim', 'claim is stale: generation, owner or lease no longer matches', {
-      step_id: claim.stepId,
-      generation: claim.generation,
-    });
-  }
 }

@@ -15,6 +15,10 @@
  * a crash before COMMIT leaves the step exactly as it was (planned or
  * retry_wait, same generation) — no lease to expire, nothing `unknown`,
  * nothing to reconcile — and a commit means claim and effect both happened.
+ * The claim's and the record's compare-and-sets travel with the statements
+ * after them (`Tx.expect`, checked before COMMIT): under the step-row locks
+ * their outcome is already settled, and a wrong count still rolls the whole
+ * transaction back with `stale_claim`. Such a claim's lease is not read back.
  *
  * Locks: workspace 1, (authority 1.5), operation 4.2, task 5.2, identity 6,
  * steps 7 (the claim), then the kind's (9–14). Conflicts of the claim
@@ -64,7 +68,7 @@ export async function claimAndApplyLedgerStep(
     db,
     'ClaimAndApplyLedgerStep',
     async (tx) => {
-      const { claim, ctx } = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs);
+      const { claim, ctx } = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, { recordedHere: true });
       const outcome = await apply(tx, claim, ctx);
       await failpoint('before_ledger_step_commit', {
         kind: claim.kind,
@@ -118,7 +122,10 @@ export async function claimAndApplyLedgerSteps(
     'ClaimAndApplyLedgerSteps',
     async (tx) => {
       // Phase A needs the external-ID key (5.1), which must come before the task row: taken up front when asked.
-      const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, { externalIdKey: phaseA });
+      const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, {
+        externalIdKey: phaseA,
+        recordedHere: true,
+      });
       const steps = first.ctx.steps;
       // A sibling whose stored request no longer matches the plan stays out: its own wake-up reports that
       // (`evidence_mismatch`), and it does not hold back the step this wake-up was sent for.
@@ -163,7 +170,9 @@ export async function claimAndApplyLedgerSteps(
         results.push({ claim, outcome });
       };
       const claimNext = (step: StepRow) =>
-        claimLockedStepLocked(tx, { guarded: first.ctx.guarded, steps: [...current.values()], step }, owner, leaseMs);
+        claimLockedStepLocked(tx, { guarded: first.ctx.guarded, steps: [...current.values()], step }, owner, leaseMs, {
+          recordedHere: true,
+        });
 
       // Anything but a success ends the batch: the operation winds down or waits, as after a claim of its own.
       const going = () => results.every((r) => r.outcome.state === 'succeeded' || r.outcome.state === 'armed');

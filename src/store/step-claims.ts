@@ -63,7 +63,7 @@ export async function claimStepInContextLocked(
   owner: string,
   leaseMs: number,
   /** Also take the task's external-ID key (5.1), for a transaction that may go on to Complete's phase A. */
-  options: { externalIdKey?: boolean } = {},
+  options: { externalIdKey?: boolean; recordedHere?: boolean } = {},
 ): Promise<{ claim: StepClaim; ctx: ClaimContext; chain: { task: TaskLockRow; identityState: string | undefined } }> {
   const externalIdKey = options.externalIdKey === true;
   const guarded = await guardOperationLocked(tx, auth, { externalIdKey, steps: true, ownTaskOnly: true });
@@ -95,7 +95,9 @@ export async function claimStepInContextLocked(
     });
   const steps = await lockStepsLocked(tx, op.id);
   verifyStepSet(steps, plan);
-  const claimed = await claimLockedStepLocked(tx, { guarded, steps, step: findStep(steps, ref) }, owner, leaseMs);
+  const claimed = await claimLockedStepLocked(tx, { guarded, steps, step: findStep(steps, ref) }, owner, leaseMs, {
+    recordedHere: options.recordedHere,
+  });
   return { ...claimed, chain: { task, identityState } };
 }
 
@@ -111,6 +113,8 @@ export async function claimLockedStepLocked(
   base: ClaimContext,
   owner: string,
   leaseMs: number,
+  /** `recordedHere`: this transaction records the step too (a ledger batch); the lease is not read back. */
+  options: { recordedHere?: boolean } = {},
 ): Promise<{ claim: StepClaim; ctx: ClaimContext }> {
   const { guarded, steps, step } = base;
   const { op, plan } = guarded;
@@ -139,18 +143,27 @@ export async function claimLockedStepLocked(
       },
     );
   }
-  // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
-  const [changed, lease] = await Promise.all([
-    tx.exec(
-      `UPDATE task_creation_steps
+  const cas = {
+    sql: `UPDATE task_creation_steps
           SET state = 'running', generation = generation + 1, attempt = attempt + 1,
               lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
         WHERE id = ? AND generation = ? AND state = ?`,
-      [owner, leaseMs, step.id, step.generation, step.state],
-    ),
-    tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
-  ]);
-  if (changed !== 1) throw new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
+    params: [owner, leaseMs, step.id, step.generation, step.state],
+  };
+  const stale = () => new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
+  let leaseExpiresAt: Date | null = null;
+  if (options.recordedHere === true) {
+    // Recorded in this transaction: the compare-and-set travels with the effect's first statements.
+    tx.expect(cas, 1, stale);
+  } else {
+    // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
+    const [changed, lease] = await Promise.all([
+      tx.exec(cas.sql, cas.params),
+      tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
+    ]);
+    if (changed !== 1) throw stale();
+    leaseExpiresAt = new Date(lease!.lease_expires_at);
+  }
   const claim: StepClaim = {
     operationId: op.id,
     stepId: step.id,
@@ -158,7 +171,7 @@ export async function claimLockedStepLocked(
     stepKey: step.step_key,
     generation: step.generation + 1,
     owner,
-    leaseExpiresAt: new Date(lease!.lease_expires_at),
+    leaseExpiresAt,
     request,
     requestSha256: step.request_sha256,
     idempotencyKey: step.idempotency_key,
@@ -170,7 +183,7 @@ export async function claimLockedStepLocked(
     generation: claim.generation,
     attempt: step.attempt + 1,
     lease_owner: owner,
-    lease_expires_at: claim.leaseExpiresAt,
+    lease_expires_at: leaseExpiresAt,
   };
   const ctx: ClaimContext = { guarded, steps: steps.map((s) => (s.id === step.id ? running : s)), step: running };
   return { claim, ctx };

@@ -60,7 +60,7 @@ export async function completeTaskCreationStep(db: Db, claim: StepClaim, input: 
   const sha = evidenceHash(evidence);
   await runTransaction(db, 'CompleteTaskCreationStep', async (tx) => {
     const { steps, step } = await lockClaimedLocked(tx, claim);
-    await casFromRunning(
+    casFromRunning(
       tx,
       claim,
       'succeeded',
@@ -89,7 +89,7 @@ export async function failTaskCreationStep(db: Db, claim: StepClaim, failure: St
   const errorJson = canonicalJson({ class: valid.class, code: valid.code, message: valid.message });
   await runTransaction(db, 'FailTaskCreationStep', async (tx) => {
     const { steps, step } = await lockClaimedLocked(tx, claim);
-    await casFromRunning(
+    casFromRunning(
       tx,
       claim,
       to,
@@ -126,7 +126,7 @@ export async function armLaunchIntent(db: Db, claim: StepClaim, evidenceInput: S
         operation_id: claim.operationId,
       });
     }
-    await casFromRunning(tx, claim, 'armed', ', evidence_json = ?, evidence_sha256 = ?', [
+    casFromRunning(tx, claim, 'armed', ', evidence_json = ?, evidence_sha256 = ?', [
       canonicalJson(evidence),
       evidenceHash(evidence),
     ]);

@@ -64,7 +64,12 @@ export interface StepClaim {
   readonly stepKey: string;
   readonly generation: number;
   readonly owner: string;
-  readonly leaseExpiresAt: Date;
+  /**
+   * The lease's expiry by the database clock. Null for a claim recorded in
+   * the transaction that made it (a ledger batch): its lease is set and
+   * cleared before any other transaction can see it, so it is not read back.
+   */
+  readonly leaseExpiresAt: Date | null;
   readonly request: StepRequest;
   readonly requestSha256: string;
   readonly idempotencyKey: string;

@@ -9,7 +9,7 @@
  * Complete's phase A (ADR 0016) — and, when phase A's predicate does not
  * hold, commits its steps without it. Both dialects.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { StepKind } from '../../src/domain/vocab';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import type { StepHandler } from '../../src/kinds/contract';
@@ -17,10 +17,26 @@ import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
+import { countRoundTrips } from '../support/round-trips';
 import { expectTyped, stepRows } from '../support/ledger';
 import { createTask, effectSnapshot, expectRecordedInOneClaim, loadStep, seedWithFiles } from './support';
 
 const t = useTestDb();
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+/**
+ * Round trips of a three-step batch with phase A (session, attachment,
+ * launch intent; ADR 0015/0016), COMMIT included: guard, step locks, effect
+ * locks, one per step's reads and writes, phase A's reads, COMMIT. Each
+ * claim and record travels with the statements after it (`Tx.expect`); a
+ * round trip more per step would show here. MySQL takes key locks with two
+ * statements where PostgreSQL takes one. Before (a claim and a record
+ * each waited for its answer) the same batch took six more.
+ */
+const ROUND_TRIPS = { postgres: 13, mysql: 13 };
 
 const KINDS: LedgerKinds = {};
 for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
@@ -139,6 +155,19 @@ describe('ledger-only steps of one operation in one transaction', () => {
     const done = await completeTaskCreationPhaseB(t.db, s.c.auth);
     expect(done).toMatchObject({ outcome: 'Created', replayed: false });
     expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [s.c.taskId])).toBe(1);
+  });
+
+  it('sends each claim and record with the statements after it: the whole batch and phase A in a bounded number of round trips', async () => {
+    const s = await setup();
+    const trips = countRoundTrips(t.db);
+    const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);
+    const calls = trips.calls;
+    vi.restoreAllMocks();
+    expect(phaseA).toBe('completing');
+    // Recorded in the transaction that claimed them: no lease is read back, none is left behind.
+    expect(results.map((d) => d.claim.leaseExpiresAt)).toEqual([null, null, null]);
+    for (const { claim, outcome } of results) await expectRecordedInOneClaim(t.db, claim, outcome);
+    expect(calls).toBeLessThanOrEqual(ROUND_TRIPS[t.db.dialect]);
   });
 
   it('a batch that arms nothing, or is not asked, leaves phase A alone', async () => {

@@ -64,7 +64,7 @@ describe('claim', () => {
       60_000,
     );
     expect(claim.generation).toBe(1);
-    expect(claim.leaseExpiresAt.getTime()).toBeGreaterThan(Date.now() + 30_000);
+    expect(claim.leaseExpiresAt!.getTime()).toBeGreaterThan(Date.now() + 30_000);
     const [row] = await sql<{ state: string; generation: number; attempt: number; lease_owner: string }>(
       t.db,
       'SELECT state, generation, attempt, lease_owner FROM task_creation_steps WHERE id = ?',
@@ -168,7 +168,7 @@ describe('recording results by compare-and-set', () => {
   it('renews a live lease', async () => {
     const s = await claimed();
     const renewed = await renewTaskCreationStepLease(t.db, s.claim, 120_000);
-    expect(renewed.getTime()).toBeGreaterThan(s.claim.leaseExpiresAt.getTime());
+    expect(renewed.getTime()).toBeGreaterThan(s.claim.leaseExpiresAt!.getTime());
   });
 
   it('refuses evidence for another step, another request, or a non-present effect', async () => {

@@ -123,7 +123,7 @@ export async function recordSuccessLocked(
     throw new ValidationError('/effect', 'success evidence must prove the effect present_exact', 'invalid_document');
   }
   const to: StepState = claim.kind === 'launch_intent' ? 'armed' : 'succeeded';
-  await casFromRunning(
+  casFromRunning(
     tx,
     claim,
     to,
@@ -150,7 +150,7 @@ export async function recordFailureLocked(
     throw new ValidationError('/evidence', 'effect failures carry evidence', 'invalid_document');
   const to: StepState = valid.class === 'permanent' ? 'failed' : valid.class === 'transient' ? 'retry_wait' : 'unknown';
   const errorJson = canonicalJson({ class: valid.class, code: valid.code, message: valid.message });
-  await casFromRunning(
+  casFromRunning(
     tx,
     claim,
     to,

@@ -1,0 +1,104 @@
+/**
+ * Writes a transaction does not wait for (`Tx.expect`): the write travels
+ * with the next statements, in issue order, in the same round trip; the
+ * runner checks its affected-row count before COMMIT, and a wrong count rolls
+ * back everything the transaction did and is the error the caller sees —
+ * also when a later statement failed first. The step records of a ledger
+ * batch go this way (`casFromRunning`).
+ */
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { runTransaction, type Tx } from '../../src/db/tx';
+import { ConflictError, isTaskLedgerError } from '../../src/domain/errors';
+import { sql, useTestDb } from '../support/db';
+import { countRoundTrips } from '../support/round-trips';
+
+const t = useTestDb();
+
+function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
+  return tx.exec(
+    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
+    [id, name],
+  );
+}
+
+function rename(tx: Tx, id: string, from: string, to: string): void {
+  tx.expect(
+    { sql: 'UPDATE workspaces SET name = ? WHERE id = ? AND name = ?', params: [to, id, from] },
+    1,
+    () => new ConflictError('stale_claim', `workspace ${id} is not named ${from}`, { id }),
+  );
+}
+
+async function nameOf(id: string): Promise<string> {
+  const rows = await sql<{ name: string }>(t.db, 'SELECT name FROM workspaces WHERE id = ?', [id]);
+  return rows[0]?.name ?? '<absent>';
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('writes sent without waiting (Tx.expect)', () => {
+  it('travel with the next statement, in order: one round trip for the write and the read after it', async () => {
+    const id = randomUUID();
+    const trips = countRoundTrips(t.db, id);
+    const seen = await runTransaction(t.db, 'ExpectTravels', async (tx) => {
+      await insertWorkspace(tx, id, 'before');
+      rename(tx, id, 'before', 'after');
+      return tx.rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [id]);
+    });
+    expect(seen).toEqual([{ name: 'after' }]);
+    // The INSERT (with START TRANSACTION), then the UPDATE and the read together.
+    expect(trips.calls).toBe(2);
+    expect(await nameOf(id)).toBe('after');
+  });
+
+  it('roll back everything the transaction did, before and after, when the count is wrong', async () => {
+    const kept = randomUUID();
+    const other = randomUUID();
+    const err = await runTransaction(t.db, 'ExpectMismatch', async (tx) => {
+      await insertWorkspace(tx, kept, 'written before');
+      rename(tx, kept, 'not its name', 'renamed');
+      await insertWorkspace(tx, other, 'written after');
+    }).catch((e: unknown) => e);
+    expect(isTaskLedgerError(err, 'stale_claim')).toBe(true);
+    expect(await nameOf(kept)).toBe('<absent>');
+    expect(await nameOf(other)).toBe('<absent>');
+  });
+
+  it('are checked before COMMIT even when nothing follows them', async () => {
+    const id = randomUUID();
+    const err = await runTransaction(t.db, 'ExpectLast', async (tx) => {
+      await insertWorkspace(tx, id, 'written');
+      rename(tx, id, 'someone else', 'renamed');
+    }).catch((e: unknown) => e);
+    expect(isTaskLedgerError(err, 'stale_claim')).toBe(true);
+    expect(await nameOf(id)).toBe('<absent>');
+  });
+
+  it('report the write that did not take, not the later failure that followed from it', async () => {
+    const existing = randomUUID();
+    await runTransaction(t.db, 'ExpectSetup', (tx) => insertWorkspace(tx, existing, 'exists'));
+    const err = await runTransaction(t.db, 'ExpectThenFail', async (tx) => {
+      rename(tx, existing, 'missing', 'renamed');
+      await tx.rows('SELECT name FROM workspaces WHERE id = ?', [existing]);
+      // A later statement fails (a duplicate key): the earlier wrong count is the cause the caller sees.
+      await insertWorkspace(tx, existing, 'duplicate');
+    }).catch((e: unknown) => e);
+    expect(isTaskLedgerError(err, 'stale_claim')).toBe(true);
+    expect(await nameOf(existing)).toBe('exists');
+  });
+
+  it('let the transaction commit when every count is right', async () => {
+    const a = randomUUID();
+    const b = randomUUID();
+    await runTransaction(t.db, 'ExpectAllRight', async (tx) => {
+      await Promise.all([insertWorkspace(tx, a, 'a0'), insertWorkspace(tx, b, 'b0')]);
+      rename(tx, a, 'a0', 'a1');
+      rename(tx, b, 'b0', 'b1');
+      rename(tx, a, 'a1', 'a2');
+    });
+    expect([await nameOf(a), await nameOf(b)]).toEqual(['a2', 'b1']);
+  });
+});

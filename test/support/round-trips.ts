@@ -1,0 +1,35 @@
+/**
+ * Counts database round trips in a test: every call into the driver's
+ * `query` (pg's Client, mysql2's connection) is one request on the wire — a
+ * batch of statements is one call, a parameterised statement is one call.
+ * Only counts; the statements still run against the real database.
+ */
+import mysql from 'mysql2';
+import pg from 'pg';
+import { vi } from 'vitest';
+import type { Db } from '../../src/db/tx';
+
+function textOf(q: unknown): string {
+  if (typeof q === 'string') return q;
+  const o = q as { sql?: string; text?: string } | null;
+  return String(o?.sql ?? o?.text ?? '');
+}
+
+/**
+ * Starts counting the calls whose SQL or values mention `marker` (every
+ * call when it is omitted). Undo with `vi.restoreAllMocks()`.
+ */
+export function countRoundTrips(db: Db, marker?: string): { readonly calls: number } {
+  const seen = { calls: 0 };
+  const proto = (db.dialect === 'postgres' ? pg.Client.prototype : mysql.Connection.prototype) as unknown as {
+    query: (...args: unknown[]) => unknown;
+  };
+  const original = proto.query;
+  vi.spyOn(proto, 'query').mockImplementation(function (this: unknown, ...args: unknown[]) {
+    // MySQL sends the SQL with `?` placeholders and the values beside it.
+    const values = Array.isArray(args[1]) ? (args[1] as unknown[]).join(' ') : '';
+    if (marker === undefined || `${textOf(args[0])} ${values}`.includes(marker)) seen.calls++;
+    return original.apply(this, args);
+  });
+  return seen;
+}
