@@ -2,50 +2,53 @@
  * Writes whose answer a transaction does not wait for (`Tx.expect`), kept
  * until the runner settles them before COMMIT.
  *
- * Contract: `track(result, affected, mismatch)` watches one write's result;
- * `settle()` waits for every tracked write and throws the first (in issue
- * order) whose affected-row count was not `affected` (`mismatch()`), or whose
- * statement failed (its error). `firstMismatch` names, without waiting, the
- * first write already answered with the wrong count: a transaction that
- * failed later reports that instead, since what failed later may only have
- * followed from it. Holds no connection and sends nothing itself.
+ * Contract: `track(result, affected, mismatch)` watches one write's result
+ * and returns its entry; `settle(except)` waits for every tracked write but
+ * the entries in `except` (sent later, with COMMIT) and throws the first, in
+ * issue order, whose affected-row count was not `affected` (`mismatch()`) or
+ * whose statement failed (its error). `firstMismatch` names, without
+ * waiting, the first write already answered with the wrong count: a
+ * transaction that failed later reports that instead, since what failed
+ * later may only have followed from it. Holds no connection and sends
+ * nothing itself.
  */
 import type { StatementResult } from './batch';
 
-interface Tracked {
+export interface Tracked {
   /** Set once answered: null when the count was right, else the error to report. */
   failure: unknown;
   mismatch: boolean;
+  readonly affected: number;
+  readonly answer: Promise<void>;
 }
 
 export class Expectations {
   private readonly tracked: Tracked[] = [];
-  private readonly answers: Promise<void>[] = [];
 
-  track(result: Promise<StatementResult[]>, affected: number, mismatch: () => Error): void {
-    const entry: Tracked = { failure: null, mismatch: false };
-    this.tracked.push(entry);
-    this.answers.push(
-      result.then(
-        ([r]) => {
-          if ((r?.affected ?? 0) === affected) return;
-          entry.failure = mismatch();
-          entry.mismatch = true;
-        },
-        (err: unknown) => {
-          entry.failure = err;
-        },
-      ),
+  track(result: Promise<StatementResult>, affected: number, mismatch: () => Error): Tracked {
+    const entry = { failure: null as unknown, mismatch: false, affected } as Tracked;
+    (entry as { answer: Promise<void> }).answer = result.then(
+      (r) => {
+        if (r.affected === affected) return;
+        entry.failure = mismatch();
+        entry.mismatch = true;
+      },
+      (err: unknown) => {
+        entry.failure = err;
+      },
     );
+    this.tracked.push(entry);
+    return entry;
   }
 
   get size(): number {
     return this.tracked.length;
   }
 
-  async settle(): Promise<void> {
-    await Promise.all(this.answers);
-    const failed = this.tracked.find((t) => t.failure !== null);
+  async settle(except: ReadonlySet<Tracked> = new Set()): Promise<void> {
+    const waiting = this.tracked.filter((t) => !except.has(t));
+    await Promise.all(waiting.map((t) => t.answer));
+    const failed = waiting.find((t) => t.failure !== null);
     if (failed) throw failed.failure;
   }
 

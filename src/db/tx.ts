@@ -34,7 +34,8 @@ import {
 } from './dialect';
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
-import { Expectations } from './expectations';
+import { checkedFailure, checkedSql } from './checked-commit';
+import { Expectations, type Tracked } from './expectations';
 
 export interface Db {
   readonly ds: DataSource;
@@ -53,7 +54,7 @@ const LOST_ATTEMPTS = 8;
 const LOST_BACKOFF_BASE_MS = 25;
 const LOST_BACKOFF_CAP_MS = 1000;
 
-export type { SqlParam };
+export type { SqlParam, Statement };
 
 /** A statement that takes a row lock or writes: it must not run while a prefetched lock is pending. */
 const LOCKING_SQL = /\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|pg_advisory|^\s*(INSERT|UPDATE|DELETE)\b/i;
@@ -70,6 +71,14 @@ function statementKey(sql: string, params: readonly SqlParam[]): string {
   return `${sql}\u0000${JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`;
 }
 
+/** A statement waiting for the next flush; `check` marks a write sent without waiting (`Tx.expect`). */
+interface Pending {
+  stmt: Statement;
+  resolve: (r: StatementResult) => void;
+  reject: (e: unknown) => void;
+  check?: Tracked;
+}
+
 export class Tx {
   readonly locks = new LockPlan();
   private rollbackRequested = false;
@@ -78,11 +87,7 @@ export class Tx {
   /** Results of statements sent ahead (`batchAhead`), in the order the caller will ask for them. */
   private readonly prefetched: Array<{ key: string; result: StatementResult }> = [];
   /** Statements issued since the last flush, sent together on the event loop's next turn. */
-  private readonly pending: Array<{
-    stmt: Statement;
-    resolve: (r: StatementResult) => void;
-    reject: (e: unknown) => void;
-  }> = [];
+  private readonly pending: Pending[] = [];
   private flushScheduled = false;
   /** The round trip on the wire; the next flush follows it. */
   private inflight: Promise<void> = Promise.resolve();
@@ -143,7 +148,23 @@ export class Tx {
    * (what follows assumes it took; if it did not, none of it commits).
    */
   expect(statement: Statement, affected: number, mismatch: () => Error): void {
-    this.expectations.track(this.batch([statement]), affected, mismatch);
+    if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
+    let item!: Pending;
+    const result = new Promise<StatementResult>((resolve, reject) => {
+      item = { stmt: statement, resolve, reject };
+    });
+    item.check = this.expectations.track(result, affected, mismatch);
+    this.pending.push(item);
+    this.scheduleFlush();
+  }
+
+  /**
+   * The expected writes still waiting to be sent, when nothing else is: the
+   * runner sends them with COMMIT instead (PostgreSQL, src/db/checked-commit.ts).
+   */
+  takeUnsentChecks(): Pending[] {
+    if (this.pending.length === 0 || !this.pending.every((p) => p.check !== undefined)) return [];
+    return this.pending.splice(0);
   }
 
   /** Runs an INSERT/UPDATE/DELETE and returns the affected row count. */
@@ -165,11 +186,15 @@ export class Tx {
     const results = statements.map(
       (stmt) => new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject })),
     );
+    this.scheduleFlush();
+    return Promise.all(results);
+  }
+
+  private scheduleFlush(): void {
     if (!this.flushScheduled) {
       this.flushScheduled = true;
       this.flushAfter(FLUSH_TURNS);
     }
-    return Promise.all(results);
   }
 
   /** Flushes after `turns` more microtask turns, so statements that callers issue after a resolved `await` still join. */
@@ -412,6 +437,29 @@ async function commitFinals(qr: QueryRunner, dialect: Dialect, finals: readonly 
   }
 }
 
+/** `commitFinals`, settling the expected writes sent with it: a wrong count is reported as their own mismatch. */
+async function commitChecked(
+  qr: QueryRunner,
+  dialect: Dialect,
+  finals: readonly Statement[],
+  begin: boolean,
+  checks: readonly Pending[],
+): Promise<void> {
+  try {
+    await commitFinals(qr, dialect, finals, begin);
+  } catch (err) {
+    const failed = checkedFailure(err);
+    const item = failed === null ? undefined : checks[failed.index];
+    if (item && failed) {
+      item.resolve({ rows: [], affected: failed.affected });
+      await item.check!.answer;
+    }
+    for (const c of checks) if (c !== item) c.reject(err);
+    throw err;
+  }
+  for (const c of checks) c.resolve({ rows: [], affected: c.check!.affected });
+}
+
 async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
   if (dialect !== 'postgres') {
     await qr.query('COMMIT');
@@ -447,13 +495,18 @@ export async function runTransaction<T>(
       // START TRANSACTION goes out with the transaction's first statements (Tx.send).
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
-      await tx.expectations.settle();
+      // PostgreSQL: compare-and-sets still unsent travel with COMMIT, made to fail on a wrong count.
+      const unsent = db.dialect === 'postgres' && !tx.isRollbackOnly ? tx.takeUnsentChecks() : [];
+      await tx.expectations.settle(new Set(unsent.map((u) => u.check!)));
       await tx.close();
-      const finals = tx.finalWrites;
+      const finals = [
+        ...unsent.map((u, i) => ({ sql: checkedSql(u.stmt.sql, u.check!.affected, i), params: u.stmt.params })),
+        ...tx.finalWrites,
+      ];
       if (finals.length > 0 && !tx.isRollbackOnly) {
         committing = true;
         sentFinals = true;
-        await commitFinals(qr, db.dialect, finals, !tx.opened);
+        await commitChecked(qr, db.dialect, finals, !tx.opened, unsent);
       } else if (tx.opened) {
         if (tx.isRollbackOnly) await qr.query('ROLLBACK');
         else {

@@ -26,8 +26,11 @@
  * runtime is started, so a stale claim (expired, recovered, retried by a
  * later generation, fenced by a deletion) performs no I/O. The claim also
  * reads the launch spec (agent profile, session environment, worktree) with
- * its writes, so the start needs no read of its own. claimLaunchDispatch with an expected generation refuses a wake-up sent
- * for another generation (a stale launch job).
+ * the session's lock, so the start needs no read of its own; its writes
+ * travel with COMMIT, the claim's compare-and-set checked there
+ * (`Tx.expect`), as do the record's. claimLaunchDispatch with an expected
+ * generation refuses a wake-up sent for another generation (a stale launch
+ * job).
  * No event is written; the agent never starts before `task.created` exists.
  */
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
@@ -40,7 +43,7 @@ import type { Statement } from '../db/batch';
 import { nowPlusMsSql, nowSql } from '../db/dialect';
 import { verifyStoredEvidence } from './complete-verify';
 import { guardOperationLocked, lockTaskChainLocked, type GuardOptions, type OperationRow } from './operation-guard';
-import { admitLocked, admittedCountLocked, enqueueLocked } from './wip-admission';
+import { admitStatement, admittedCountLocked, enqueueLocked } from './wip-admission';
 import { lockStepsLocked, verifyStepRequest } from './step-rows';
 
 export const DISPATCH_EVIDENCE_DOMAIN = 'kandev/task-launch-dispatch-evidence/v1';
@@ -226,25 +229,32 @@ async function claimOnceLocked(
     row = { id, state: 'planned', generation: 0 };
   }
   tx.lockRow(TIER.SESSION, 'task_sessions', target.sessionId);
-  const [, session] = await Promise.all([
+  // The session's lock and the launch spec's read (a plain read) travel with the new claim's INSERT.
+  const [, session, spec] = await Promise.all([
     inserted,
     tx.one<{ state: string }>('SELECT state FROM task_sessions WHERE id = ? FOR UPDATE', [target.sessionId]),
+    tx.one<LaunchSpecRow>(LAUNCH_SPEC_SQL, [p.request.agent_profile_id, target.sessionId, op.task_id]),
   ]);
   if (!session || session.state !== 'prepared') return { refused: `session is ${session?.state ?? 'missing'}` };
-  // The writes and the launch spec's read travel together (one round trip, in this order, Tx.batch).
-  const [changed, spec] = await Promise.all([
-    tx.exec(
-      `UPDATE task_launch_dispatch_claims SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+  // The writes travel with COMMIT: the claim's compare-and-set is checked there (Tx.expect; its row is locked or
+  // new, so it takes unless the ledger is corrupt), the session row is locked above, the task row by the prefix.
+  tx.expect(
+    {
+      sql: `UPDATE task_launch_dispatch_claims SET state = 'running', generation = generation + 1, attempt = attempt + 1,
               lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, updated_at = ${tx.now}
         WHERE id = ? AND generation = ? AND state = ?`,
-      [owner, leaseMs, row.id, Number(row.generation), row.state],
-    ),
-    tx.one<LaunchSpecRow>(LAUNCH_SPEC_SQL, [p.request.agent_profile_id, target.sessionId, op.task_id]),
-    tx.exec(`UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`, [target.sessionId]),
-    ...(admit ? [admitLocked(tx, [op.task_id])] : []),
+      params: [owner, leaseMs, row.id, Number(row.generation), row.state],
+    },
+    1,
+    () => new ConflictError('stale_claim', 'dispatch claim changed while being claimed', { dispatch_id: row.id }),
+  );
+  tx.commitWith([
+    {
+      sql: `UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`,
+      params: [target.sessionId],
+    },
+    ...(admit ? [admitStatement(tx, [op.task_id])] : []),
   ]);
-  if (changed !== 1)
-    throw new ConflictError('stale_claim', 'dispatch claim changed while being claimed', { dispatch_id: row.id });
   return {
     dispatchId: row.id,
     operationId: op.id,
@@ -282,21 +292,23 @@ export async function claimLaunchDispatch(
   });
 }
 
-async function casDispatchLocked(
-  tx: Tx,
-  claim: DispatchClaim,
-  to: string,
-  sets: string,
-  params: (string | number | null)[],
-) {
+/**
+ * The compare-and-set every dispatch result goes through (running, same
+ * generation and owner, lease alive by the database clock), sent without
+ * waiting (`Tx.expect`): a stale claim changes nothing, rolls the
+ * transaction back and throws `stale_claim`.
+ */
+function casDispatchLocked(tx: Tx, claim: DispatchClaim, to: string, sets: string, params: (string | number | null)[]) {
   tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', claim.dispatchId);
-  const changed = await tx.exec(
-    `UPDATE task_launch_dispatch_claims SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
+  tx.expect(
+    {
+      sql: `UPDATE task_launch_dispatch_claims SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
       WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
-    [to, ...params, claim.dispatchId, claim.generation, claim.owner],
+      params: [to, ...params, claim.dispatchId, claim.generation, claim.owner],
+    },
+    1,
+    () => new ConflictError('stale_claim', 'dispatch claim is stale', { dispatch_id: claim.dispatchId }),
   );
-  if (changed !== 1)
-    throw new ConflictError('stale_claim', 'dispatch claim is stale', { dispatch_id: claim.dispatchId });
 }
 
 /** One autocommit statement (`execIdempotent`): renewing a live lease by its own owner twice is renewing it once. */
@@ -332,35 +344,36 @@ export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: 
   await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
     const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
     if ('refused' in p) throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
-    // The three writes are issued together (one round trip, in this order, Tx.batch); a stale claim's compare-and-set
-    // changes nothing and throws, and the transaction rolls the other two back.
-    const cas = casDispatchLocked(
-      tx,
-      claim,
-      'succeeded',
-      ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?',
-      [canonicalJson(proof.handle), evidence.json, evidence.sha256],
-    );
-    tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
-    const session = tx.exec(`UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`, [
-      claim.sessionId,
+    // The three writes travel with COMMIT (one round trip, in this order): the claim's compare-and-set is checked
+    // there (Tx.expect; a stale claim changes nothing and the transaction rolls the other two back); the session
+    // row is locked by the prefix, and the runtime row is new.
+    casDispatchLocked(tx, claim, 'succeeded', ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?', [
+      canonicalJson(proof.handle),
+      evidence.json,
+      evidence.sha256,
     ]);
+    tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
     const runtimeId = globalThis.crypto.randomUUID();
     tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);
-    const runtime = tx.exec(
-      `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
+    tx.commitWith([
+      {
+        sql: `UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`,
+        params: [claim.sessionId],
+      },
+      {
+        sql: `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ${tx.now}, ${tx.now})`,
-      [
-        runtimeId,
-        claim.sessionId,
-        claim.taskId,
-        claim.workspaceId,
-        claim.dispatchId,
-        canonicalJson(proof.handle),
-        proof.pid,
-      ],
-    );
-    await Promise.all([cas, session, runtime]);
+        params: [
+          runtimeId,
+          claim.sessionId,
+          claim.taskId,
+          claim.workspaceId,
+          claim.dispatchId,
+          canonicalJson(proof.handle),
+          proof.pid,
+        ],
+      },
+    ]);
   });
 }
 
@@ -372,7 +385,7 @@ export async function failLaunchDispatch(
   const to = failure.class === 'no_dispatch' ? 'retry_wait' : 'unknown';
   await runTransaction(db, 'FailLaunchDispatch', async (tx) => {
     await guardOperationLocked(tx, { kind: 'operation', operationId: claim.operationId, actor: claim.owner });
-    await casDispatchLocked(tx, claim, to, ', error_code = ?, error_json = ?', [
+    casDispatchLocked(tx, claim, to, ', error_code = ?, error_json = ?', [
       failure.code.slice(0, 64),
       canonicalJson({ class: failure.class, code: failure.code, message: failure.message, owner: claim.owner }),
     ]);

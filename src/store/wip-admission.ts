@@ -15,7 +15,7 @@
  * said.
  */
 import { TIER } from '../db/lock-plan';
-import { bool, type Tx } from '../db/tx';
+import { bool, type Statement, type Tx } from '../db/tx';
 
 export interface AdmissionStep {
   id: string;
@@ -92,12 +92,18 @@ export async function promotionHeadsLocked(tx: Tx, step: AdmissionStep, leaving:
 /** Gives the tasks a slot of their step (the caller holds the step's admission lock and the task rows). */
 export async function admitLocked(tx: Tx, taskIds: readonly string[]): Promise<void> {
   if (taskIds.length === 0) return;
-  await tx.exec(
-    `UPDATE tasks SET wip_admitted = ?, admitted_at = ${tx.now}, queued_for_step_id = NULL, queued_at = NULL,
+  const { sql, params } = admitStatement(tx, taskIds);
+  await tx.exec(sql, [...params]);
+}
+
+/** `admitLocked`'s write, for a transaction that sends it with its COMMIT (`Tx.commitWith`). */
+export function admitStatement(tx: Tx, taskIds: readonly string[]): Statement {
+  return {
+    sql: `UPDATE tasks SET wip_admitted = ?, admitted_at = ${tx.now}, queued_for_step_id = NULL, queued_at = NULL,
             updated_at = ${tx.now}
       WHERE id IN (${taskIds.map(() => '?').join(', ')})`,
-    [true, ...taskIds],
-  );
+    params: [true, ...taskIds],
+  };
 }
 
 /**

@@ -90,6 +90,47 @@ describe('writes sent without waiting (Tx.expect)', () => {
     expect(await nameOf(existing)).toBe('exists');
   });
 
+  it('still unsent when the body ends, go with COMMIT on PostgreSQL (one round trip fewer), checked all the same', async () => {
+    const id = randomUUID();
+    await runTransaction(t.db, 'ExpectWarm', (tx) => tx.rows('SELECT 1 AS one'));
+    const trips = countRoundTrips(t.db);
+    await runTransaction(t.db, 'ExpectWithCommit', async (tx) => {
+      await insertWorkspace(tx, id, 'before');
+      rename(tx, id, 'before', 'after');
+    });
+    const calls = trips.calls;
+    vi.restoreAllMocks();
+    // PostgreSQL: START TRANSACTION with the INSERT, then the checked UPDATE with COMMIT. MySQL: the UPDATE, then COMMIT.
+    if (t.db.dialect === 'postgres') expect(calls).toBe(2);
+    else expect(calls).toBeGreaterThanOrEqual(3);
+    expect(await nameOf(id)).toBe('after');
+  });
+
+  it('sent with COMMIT, a count too high fails as one too low, and the final writes after it do not commit', async () => {
+    const a = randomUUID();
+    const b = randomUUID();
+    const after = randomUUID();
+    await runTransaction(t.db, 'ExpectTwoSetup', (tx) =>
+      Promise.all([insertWorkspace(tx, a, 'twin'), insertWorkspace(tx, b, 'twin')]),
+    );
+    const err = await runTransaction(t.db, 'ExpectTooMany', (tx) => {
+      tx.expect(
+        { sql: "UPDATE workspaces SET name = 'one of them' WHERE id IN (?, ?)", params: [a, b] },
+        1,
+        () => new ConflictError('stale_claim', 'two rows changed where one should', {}),
+      );
+      tx.commitWith([
+        {
+          sql: `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, 'final', 'active', ${tx.now}, ${tx.now})`,
+          params: [after],
+        },
+      ]);
+      return Promise.resolve();
+    }).catch((e: unknown) => e);
+    expect(isTaskLedgerError(err, 'stale_claim')).toBe(true);
+    expect([await nameOf(a), await nameOf(b), await nameOf(after)]).toEqual(['twin', 'twin', '<absent>']);
+  });
+
   it('let the transaction commit when every count is right', async () => {
     const a = randomUUID();
     const b = randomUUID();
