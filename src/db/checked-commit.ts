@@ -25,7 +25,8 @@ export function checkedFailure(err: unknown): { index: number; affected: number 
   const seen = new Set<unknown>();
   for (let e: unknown = err; e && typeof e === 'object' && !seen.has(e);) {
     seen.add(e);
-    const m = /"(\d+):taskledger_expect_(\d+)"/.exec(String((e as { message?: unknown }).message ?? ''));
+    const message = (e as { message?: unknown }).message;
+    const m = typeof message === 'string' ? /"(\d+):taskledger_expect_(\d+)"/.exec(message) : null;
     if (m) return { affected: Number(m[1]), index: Number(m[2]) };
     e = (e as { driverError?: unknown }).driverError ?? (e as { cause?: unknown }).cause;
   }

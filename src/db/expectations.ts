@@ -26,8 +26,13 @@ export class Expectations {
   private readonly tracked: Tracked[] = [];
 
   track(result: Promise<StatementResult>, affected: number, mismatch: () => Error): Tracked {
-    const entry = { failure: null as unknown, mismatch: false, affected } as Tracked;
-    (entry as { answer: Promise<void> }).answer = result.then(
+    const entry: { -readonly [K in keyof Tracked]: Tracked[K] } = {
+      failure: null,
+      mismatch: false,
+      affected,
+      answer: Promise.resolve(),
+    };
+    entry.answer = result.then(
       (r) => {
         if (r.affected === affected) return;
         entry.failure = mismatch();
