@@ -7,7 +7,10 @@
  * (autocommit reads, Git rev-parse — never inside a transaction), build the
  * CreationPlan, and run the one Begin transaction (`begin-insert.ts`). After a
  * lookup miss, any failure before the insert re-reads the ID first and returns
- * the found task instead of the failure when one now holds it.
+ * the found task instead of the failure when one now holds it. Without an
+ * external ID, the workspace's state is read alongside the references (all
+ * reads); the answer still follows this order: nothing is reported before
+ * the workspace is known active.
  *
  * Returns `{task, outcome, handle}`; the handle is non-null only for Created.
  */
@@ -40,17 +43,22 @@ function notAuthorized(): TaskLedgerError {
   return new TaskLedgerError('not_authorized', 'task not created', {});
 }
 
-async function authorize(db: Db, principal: Principal, raw: unknown): Promise<string> {
+/** The request's workspace when the principal may use it (no read); otherwise `not_authorized`. */
+function requestWorkspace(principal: Principal, raw: unknown): string {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ValidationError('/', 'request body must be a JSON object');
   }
   const ws = (raw as Record<string, unknown>).workspace_id;
   // A malformed or foreign workspace is indistinguishable from a missing one.
   if (typeof ws !== 'string' || !UUID_RE.test(ws) || !mayUseWorkspace(principal, ws)) throw notAuthorized();
+  return ws;
+}
+
+/** Rejects with `not_authorized` unless the workspace is active (one read). */
+async function requireActive(db: Db, ws: string): Promise<void> {
   const rows = await readRows<{ state: string }>(db, 'SELECT state FROM workspaces WHERE id = ?', [ws]);
   // A workspace being deleted answers as one that does not exist (API.md, DELETE /workspaces/:id).
   if (!rows[0] || rows[0].state !== 'active') throw notAuthorized();
-  return ws;
 }
 
 function foundResult(task: NonNullable<Awaited<ReturnType<typeof findByExternalId>>>): BeginResult {
@@ -69,9 +77,15 @@ export async function beginTaskCreation(
   raw: unknown,
   deps: BeginDeps,
 ): Promise<BeginResult> {
-  const workspaceId = await authorize(db, principal, raw);
+  const workspaceId = requestWorkspace(principal, raw);
+  // The workspace's state is read alongside the plan's references (reads only; Begin re-checks it under its lock).
+  // Authorization still answers first: every error below waits for it, so an inactive workspace is `not_authorized`
+  // whatever else is wrong with the request.
+  const active = requireActive(db, workspaceId);
+  active.catch(() => undefined);
   const externalId = normalizeExternalId((raw as Record<string, unknown>).external_id);
   if (externalId !== null) {
+    await active;
     const found = await findByExternalId(db, workspaceId, externalId);
     if (found) return foundResult(found);
   }
@@ -79,11 +93,14 @@ export async function beginTaskCreation(
   try {
     const req = validateCreateRequest(raw);
     const taskId = req.task_id ?? newId();
-    const ctx = await resolvePlanContext(db, req, taskId, {
+    const context = resolvePlanContext(db, req, taskId, {
       dataDir: deps.dataDir,
       newId,
       resolveCommit: deps.resolveCommit,
     });
+    context.catch(() => undefined);
+    await active;
+    const ctx = await context;
     const built = buildCreationPlan(req, ctx);
     const actor = actorDocumentFor(principal, workspaceId);
     const token = newCompletionToken();
@@ -119,6 +136,7 @@ export async function beginTaskCreation(
     });
     return { task: res.task, outcome: 'Created', handle, operationId, steps: res.steps };
   } catch (err) {
+    await active;
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {
       const found = await findByExternalId(db, workspaceId, externalId);
       if (found) return foundResult(found);

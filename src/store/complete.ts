@@ -28,6 +28,7 @@ import { TIER } from '../db/lock-plan';
 import type { Statement } from '../db/batch';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import { verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
+import { settledValue } from './settled';
 import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
 import { planBlockerIds } from '../plan/blockers';
 import { lockStepsLocked } from './step-rows';
@@ -93,8 +94,14 @@ async function lockAndVerifyLocked(
     });
   }
   const steps = await lockStepsLocked(tx, op.id);
-  await verifyCompletePredicateLocked(tx, steps, plan);
-  await verifyPlannedRowsLocked(tx, plan);
+  // Issued together, the effect rows' locks first: the planned rows' reads share their round trip (Tx.batch);
+  // a failure of the predicate is still the one reported when both fail.
+  const [effects, planned] = await Promise.allSettled([
+    verifyCompletePredicateLocked(tx, steps, plan),
+    verifyPlannedRowsLocked(tx, plan),
+  ]);
+  settledValue(effects);
+  settledValue(planned);
   const resolves = task.awaits_blockers && blockers.length > 0 && blockers.every((b) => b.lifecycle_state === 'done');
   return { op, plan, task, resolves };
 }

@@ -336,7 +336,15 @@ describe('bad input', () => {
     const ws = await seedWorkspace(t.db);
     await sql(t.db, "UPDATE workspaces SET state = 'deleting' WHERE id = ?", [ws.workspaceId]);
     await expectTyped(begin(t.db, ws, {}), 'not_authorized');
+    // The workspace's state is read alongside the references, but still answers first: a bad field or an unknown
+    // reference in a workspace being deleted is `not_authorized`, not a validation error.
+    await expectTyped(begin(t.db, ws, { title: 42 }), 'not_authorized');
+    await expectTyped(begin(t.db, ws, { agent_profile_id: randomUUID(), start_agent: true }), 'not_authorized');
     expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+    // The same requests in an active workspace are refused for what they are.
+    await sql(t.db, "UPDATE workspaces SET state = 'active' WHERE id = ?", [ws.workspaceId]);
+    await expectTyped(begin(t.db, ws, { title: 42 }), 'invalid_request');
+    await expectTyped(begin(t.db, ws, { agent_profile_id: randomUUID(), start_agent: true }), 'invalid_request');
   });
 });
 
