@@ -14,8 +14,11 @@
  * free, is put in its step's queue and the claim answers `{queued}` (that is
  * the only write). Then `planned|retry_wait -> running` (generation + 1,
  * lease) and session `prepared -> starting`. Anything else: a typed refusal,
- * zero writes. A task moved between the placement peek and its lock restarts
- * the command.
+ * zero writes. The placement (the task's step and its limit) is read in the
+ * guard's round trip, so the admission lock is chosen from a guess (the
+ * plan's step, and whether this process last saw it limited); a guess that
+ * left a limited step unlocked, or a task moved between that read and its
+ * lock, writes nothing and restarts the command with what was read.
  * recordLaunchDispatch — same prefix plus runtime 10: compare-and-set
  * `running -> succeeded` with the runtime handle and evidence, session
  * `running`, one `executors_running` row. failLaunchDispatch — `running ->
@@ -42,7 +45,13 @@ import { execIdempotent, runTransaction, type Db, type Tx } from '../db/tx';
 import type { Statement } from '../db/batch';
 import { nowPlusMsSql, nowSql } from '../db/dialect';
 import { verifyStoredEvidence } from './complete-verify';
-import { guardOperationLocked, lockTaskChainLocked, type GuardOptions, type OperationRow } from './operation-guard';
+import {
+  guardOperationLocked,
+  rememberedPlan,
+  lockTaskChainLocked,
+  type GuardOptions,
+  type OperationRow,
+} from './operation-guard';
 import { admitStatement, admittedCountLocked, enqueueLocked } from './wip-admission';
 import { lockStepsLocked, verifyStepRequest } from './step-rows';
 
@@ -131,18 +140,48 @@ export async function lockLaunchPrefixLocked<X = undefined>(
   return { op, task, intent, request, steps, workspaceState, extra: extra as X | undefined };
 }
 
-/** The task's workflow step and its WIP limit, read before any lock (which admission lock to take). */
-async function peekPlacement(tx: Tx, operationId: string) {
+interface Placement {
+  stepId: string | null;
+  /** The step counts admitted tasks (a WIP limit above zero): a launch there takes its admission lock (tier 2). */
+  limited: boolean;
+  wipLimit: number;
+}
+
+/** The task's workflow step and whether it has a WIP limit, read as the claim's first statement (no lock). */
+async function readPlacement(tx: Tx, operationId: string): Promise<Placement> {
   const row = await tx.one<{ workflow_step_id: string | null; wip_limit: number | string | null }>(
     `SELECT t.workflow_step_id, s.wip_limit FROM task_creation_operations o
        JOIN tasks t ON t.id = o.task_id LEFT JOIN workflow_steps s ON s.id = t.workflow_step_id
       WHERE o.id = ?`,
     [operationId],
   );
-  return { stepId: row?.workflow_step_id ?? null, wipLimit: Number(row?.wip_limit ?? 0) };
+  const stepId = row?.workflow_step_id ?? null;
+  const wipLimit = Number(row?.wip_limit ?? 0);
+  return { stepId, limited: stepId !== null && wipLimit > 0, wipLimit };
 }
 
-type ClaimAttempt = DispatchClaim | DispatchRefusal | DispatchQueued | 'moved';
+/** Why 1024: one entry per workflow step a process launched into recently. */
+const STEP_LIMITS_CAPACITY = 1024;
+/** Whether each workflow step had a WIP limit when this process last read it (a guess, re-read by every claim). */
+const stepLimited = new Map<string, boolean>();
+
+function rememberPlacement(p: Placement): void {
+  if (p.stepId === null) return;
+  stepLimited.delete(p.stepId);
+  stepLimited.set(p.stepId, p.limited);
+  if (stepLimited.size > STEP_LIMITS_CAPACITY) stepLimited.delete(stepLimited.keys().next().value as string);
+}
+
+/**
+ * Where the task probably is before anything is read: the step the plan placed it in (this process verified
+ * the plan at Complete; tasks rarely move before their launch) and whether that step had a limit when last read.
+ */
+function guessPlacement(operationId: string): Placement {
+  const stepId = rememberedPlan(operationId)?.workflow_step_id ?? null;
+  return { stepId, limited: stepId !== null && stepLimited.get(stepId) === true, wipLimit: 0 };
+}
+
+type ClaimAttempt = DispatchClaim | DispatchRefusal | DispatchQueued | { moved: Placement };
 
 async function claimOnceLocked(
   tx: Tx,
@@ -150,29 +189,38 @@ async function claimOnceLocked(
   owner: string,
   leaseMs: number,
   expectedGeneration: number | undefined,
+  /** Where the previous attempt found the task; otherwise a guess (`guessPlacement`). */
+  known: Placement | undefined,
 ): Promise<ClaimAttempt> {
-  const placement = await peekPlacement(tx, target.operationId);
-  // The admission lock only where there are slots to count: an unlimited step admits every launch.
-  const limited = placement.stepId !== null && placement.wipLimit > 0;
+  // The admission lock (tier 2) comes before the operation's, so it is chosen before the placement is read: the
+  // read travels as the first statement of the guard's round trip, and an attempt whose choice was wrong (a
+  // limited step it did not lock) writes nothing and starts over with what it read.
+  const guess = known ?? guessPlacement(target.operationId);
   type ClaimRow = { id: string; state: string; generation: number; lifecycle_generation: number };
+  const placementRead = readPlacement(tx, target.operationId);
+  placementRead.catch(() => undefined);
   // The claim row, if one exists, is read under the operation's lock, with the prefix's own reads.
   const p = await lockLaunchPrefixLocked<ClaimRow>(
     tx,
     target.operationId,
     target.sessionId,
     owner,
-    limited ? { admissionStepId: placement.stepId! } : {},
+    guess.limited ? { admissionStepId: guess.stepId! } : {},
     (taskId) => ({
       sql: 'SELECT id, state, generation, lifecycle_generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
       params: [target.operationId, taskId, target.sessionId],
     }),
   );
+  const placement = await placementRead;
+  rememberPlacement(placement);
+  const limited = placement.limited;
+  if (limited && (!guess.limited || guess.stepId !== placement.stepId)) return { moved: placement };
   if ('refused' in p) return { refused: p.refused as string };
   if (p.workspaceState !== 'active') return { refused: `workspace is ${p.workspaceState}` };
   // A task marked done before its agent started launches nothing (MarkTaskDone cancels its pending claim).
   if (p.task.lifecycle_state !== 'live') return { refused: `task is ${p.task.lifecycle_state}` };
-  // The task moved between the peek and its lock: the lock taken may be the wrong step's. Start over.
-  if (p.task.workflow_step_id !== placement.stepId) return 'moved';
+  // The task moved between the placement read and its lock: the lock taken may be the wrong step's. Start over.
+  if (p.task.workflow_step_id !== placement.stepId) return { moved: placement };
   const op: OperationRow = p.op;
   const idem = dispatchIdempotencyKey(op.id, target.sessionId);
   const existing = p.extra;
@@ -281,11 +329,16 @@ export async function claimLaunchDispatch(
   /** The claim generation the wake-up was sent for (0 before any claim); undefined accepts any. */
   expectedGeneration?: number,
 ): Promise<DispatchClaim | DispatchRefusal | DispatchQueued> {
+  let known: Placement | undefined;
   for (let i = 0; i < MAX_PLACEMENT_CHANGES; i++) {
-    const r = await runTransaction(db, 'ClaimLaunchDispatch', (tx) =>
-      claimOnceLocked(tx, target, owner, leaseMs, expectedGeneration),
-    );
-    if (r !== 'moved') return r;
+    const r = await runTransaction(db, 'ClaimLaunchDispatch', async (tx) => {
+      const attempt = await claimOnceLocked(tx, target, owner, leaseMs, expectedGeneration, known);
+      // A wrong placement writes nothing: the next attempt takes the right locks from the start.
+      if ('moved' in attempt) tx.rollbackOnly();
+      return attempt;
+    });
+    if (!('moved' in r)) return r;
+    known = r.moved;
   }
   throw new TaskLedgerError('retry_exhausted', 'the task kept moving between workflow steps during its launch claim', {
     operation_id: target.operationId,

@@ -190,6 +190,16 @@ async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek
 }
 
 /**
+ * The plan this process last verified for the operation under its lock, if
+ * any: a hint only (plans never change after Begin, and every guard
+ * re-verifies the stored bytes), for callers that must choose a lock before
+ * they can read (the launch claim's admission lock).
+ */
+export function rememberedPlan(operationId: string): CreationPlan | undefined {
+  return peekMemo.get(operationId)?.plan;
+}
+
+/**
  * What the caller locks right after the guard, so the guard can send it in
  * the same round trip (`Tx.batchAhead`): the task chain (`lockTaskChainLocked`
  * with the same `externalIdKey`) and, with `steps`, the operation's steps

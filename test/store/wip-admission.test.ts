@@ -126,6 +126,30 @@ describe('the WIP gate at launch', () => {
   });
 });
 
+describe('the admission lock chosen before the placement is read', () => {
+  it('a step this process saw unlimited that has a limit now: the claims start over with its lock, slots hold', async () => {
+    const ws = await world(1);
+    const step = ws.stepIds[1]!;
+    // This process launches into the step while it has no limit, and remembers it so.
+    await sql(t.db, 'UPDATE workflow_steps SET wip_limit = 0 WHERE id = ?', [step]);
+    const first = await created(ws, withAgent(ws, step, 'first'));
+    expect(await launch(ws, first)).toBe('launched');
+    // A limit of two is set: one slot is left, and eight claims race for it, each guessing "no limit" first.
+    await sql(t.db, 'UPDATE workflow_steps SET wip_limit = 2 WHERE id = ?', [step]);
+    const tasks: Created[] = [];
+    for (let i = 0; i < 8; i++) tasks.push(await created(ws, withAgent(ws, step, `t${i}`)));
+    const results = await Promise.all(
+      tasks.map((c, i) =>
+        claimLaunchDispatch(t.db, { operationId: c.operationId, sessionId: c.sessionId! }, `w${i}`, 60_000),
+      ),
+    );
+    expect(results.filter((r) => 'dispatchId' in r)).toHaveLength(1);
+    expect(results.filter((r) => 'queued' in r)).toHaveLength(7);
+    expect(await count(t.db, 'tasks', 'workflow_step_id = ? AND wip_admitted = ?', [step, true])).toBe(2);
+    expect(await count(t.db, 'tasks', 'queued_for_step_id = ?', [step])).toBe(7);
+  });
+});
+
 describe('promotion', () => {
   it('a move out of the step admits the oldest queued task, which then launches once', async () => {
     const ws = await world(1);
