@@ -10,7 +10,7 @@
  * it. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { LAUNCH_QUEUE, type LaunchJob } from '../../queues/names';
 import { QueueSet } from '../../src/coordinator/queues';
 import { silentLogger } from '../../src/log';
@@ -23,11 +23,16 @@ import { markTaskDone } from '../../src/store/task-done';
 import { verifyLedger } from '../../src/verify/run';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
+import { countRoundTrips } from '../support/round-trips';
 import { begin, driveAllSteps } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 import { effectDeps } from '../steps/support';
 
 const t = useTestDb();
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
 const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
 const queues = new QueueSet(redis, `tl-dispatcher-${randomUUID()}`);
 afterAll(async () => {
@@ -147,6 +152,37 @@ describe('outbox dispatcher', () => {
       [taken],
     );
     expect(row).toEqual({ state: 'running', lease_owner: 'other' });
+  });
+});
+
+describe("an operation's own pass", () => {
+  it('reads its event and armed intents in one round trip, and leaves a claim another process holds to it', async () => {
+    const ws = await seedWorkspace(t.db);
+    const taken = await completed(ws, true);
+    const [intent] = await sql<{ step_key: string }>(
+      t.db,
+      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
+      [taken],
+    );
+    const claim = await claimLaunchDispatch(t.db, { operationId: taken, sessionId: intent!.step_key }, 'other', 30_000);
+    expect('dispatchId' in claim).toBe(true);
+    const launched: string[] = [];
+    const launchInPlace = (job: LaunchJob) => Promise.resolve(launched.push(job.operationId));
+    const deps = { db: t.db, queues, log: silentLogger(), metrics: null };
+    const trips = countRoundTrips(t.db);
+    expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId, operationId: taken }, { launchInPlace })).toBe(
+      1,
+    );
+    const calls = trips.calls;
+    vi.restoreAllMocks();
+    // The event with its intents, then the mark: no second read before the launch decision.
+    expect(calls).toBe(2);
+    expect(launched).toEqual([]);
+    expect(await undelivered(ws)).toBe(0);
+    // Without a claim in the way, the launch runs in place from that same read.
+    const free = await completed(ws, true);
+    expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId, operationId: free }, { launchInPlace })).toBe(1);
+    expect(launched).toEqual([free]);
   });
 });
 
