@@ -46,10 +46,6 @@ export class Expectations {
     return entry;
   }
 
-  get size(): number {
-    return this.tracked.length;
-  }
-
   async settle(except: ReadonlySet<Tracked> = new Set()): Promise<void> {
     const waiting = this.tracked.filter((t) => !except.has(t));
     await Promise.all(waiting.map((t) => t.answer));

@@ -33,6 +33,18 @@ const t = useTestDb();
 afterEach(() => {
   vi.restoreAllMocks();
 });
+
+/** Another process's launch takes the operation's dispatch claim (owner `other`) and is starting its agent. */
+async function takeLaunchClaim(operationId: string): Promise<void> {
+  const [intent] = await sql<{ step_key: string }>(
+    t.db,
+    "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
+    [operationId],
+  );
+  const claim = await claimLaunchDispatch(t.db, { operationId, sessionId: intent!.step_key }, 'other', 30_000);
+  expect('dispatchId' in claim).toBe(true);
+}
+
 const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
 const queues = new QueueSet(redis, `tl-dispatcher-${randomUUID()}`);
 afterAll(async () => {
@@ -130,14 +142,8 @@ describe('outbox dispatcher', () => {
   it('leaves a launch whose dispatch claim another process holds to that claim: no launch attempt, event delivered', async () => {
     const ws = await seedWorkspace(t.db);
     const [taken, free] = [await completed(ws, true), await completed(ws, true)];
-    const [intent] = await sql<{ step_key: string }>(
-      t.db,
-      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
-      [taken],
-    );
     // Another process's pass took the first launch's dispatch claim and is starting its agent.
-    const claim = await claimLaunchDispatch(t.db, { operationId: taken, sessionId: intent!.step_key }, 'other', 30_000);
-    expect('dispatchId' in claim).toBe(true);
+    await takeLaunchClaim(taken);
     const launched: string[] = [];
     const launchInPlace = (job: LaunchJob) => Promise.resolve(launched.push(job.operationId));
     const launchJobsBefore = (await queues.get(LAUNCH_QUEUE).getJobCounts('waiting')).waiting ?? 0;
@@ -159,13 +165,7 @@ describe("an operation's own pass", () => {
   it('reads its event and armed intents in one round trip, and leaves a claim another process holds to it', async () => {
     const ws = await seedWorkspace(t.db);
     const taken = await completed(ws, true);
-    const [intent] = await sql<{ step_key: string }>(
-      t.db,
-      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
-      [taken],
-    );
-    const claim = await claimLaunchDispatch(t.db, { operationId: taken, sessionId: intent!.step_key }, 'other', 30_000);
-    expect('dispatchId' in claim).toBe(true);
+    await takeLaunchClaim(taken);
     const launched: string[] = [];
     const launchInPlace = (job: LaunchJob) => Promise.resolve(launched.push(job.operationId));
     const deps = { db: t.db, queues, log: silentLogger(), metrics: null };
