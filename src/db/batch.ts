@@ -18,56 +18,24 @@
  * strings through the driver's `escapeLiteral`, finite numbers, bigints,
  * booleans and null. The inliner refuses anything else; `Tx` checks first and
  * sends a batch holding such a value one statement per round trip instead.
+ * A statement that recurs runs as `EXECUTE` of a statement prepared once per
+ * connection (src/db/pg-prepared.ts): the server skips parsing and planning.
  */
-import pg from 'pg';
+import type pg from 'pg';
 import { QueryFailedError, type QueryRunner } from 'typeorm';
 import type { Dialect } from './config';
+import { pgBatchTexts } from './pg-prepared';
+import type { SqlParam, Statement } from './statement';
 
-/** A bound value (`?` placeholder); re-exported by tx.ts, where callers import it. */
-export type SqlParam = string | number | bigint | boolean | null | Date | Buffer;
+export { inlinable, inlinePgParams } from './statement';
 
-export interface Statement {
-  sql: string;
-  params: readonly SqlParam[];
-}
+export type { SqlParam, Statement };
 
 export interface StatementResult {
   rows: Record<string, unknown>[];
   affected: number;
   /** PostgreSQL's command tag (`COMMIT`, or `ROLLBACK` for a COMMIT of a failed transaction); absent on MySQL. */
   command?: string;
-}
-
-function pgLiteral(value: SqlParam): string {
-  if (value === null) return 'NULL';
-  if (typeof value === 'string') return pg.escapeLiteral(value);
-  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
-  if (typeof value === 'bigint') return value.toString();
-  if (typeof value === 'boolean') return value ? 'TRUE' : 'FALSE';
-  throw new TypeError(`a batched statement cannot inline a ${Object.prototype.toString.call(value)} parameter`);
-}
-
-/** The statement with each `?` replaced by its parameter as a PostgreSQL literal. */
-export function inlinePgParams(sql: string, params: readonly SqlParam[]): string {
-  const parts = sql.split('?');
-  if (parts.length - 1 !== params.length) {
-    throw new TypeError(`statement has ${parts.length - 1} placeholders but ${params.length} parameters: ${sql}`);
-  }
-  let out = parts[0] ?? '';
-  for (let i = 0; i < params.length; i++) out += pgLiteral(params[i] as SqlParam) + parts[i + 1];
-  return out;
-}
-
-/** True when every parameter can be inlined (a PostgreSQL batch refuses the rest). */
-export function inlinable(params: readonly SqlParam[]): boolean {
-  return params.every(
-    (p) =>
-      p === null ||
-      typeof p === 'string' ||
-      typeof p === 'bigint' ||
-      typeof p === 'boolean' ||
-      (typeof p === 'number' && Number.isFinite(p)),
-  );
 }
 
 interface PgResult {
@@ -88,9 +56,10 @@ export async function sendBatch(
   statements: readonly Statement[],
   options: { begin: boolean },
 ): Promise<StatementResult[]> {
-  const conn = (await qr.connect()) as unknown;
-  const texts = statements.map((s) => (dialect === 'postgres' ? inlinePgParams(s.sql, s.params) : s.sql));
-  if (options.begin) texts.unshift(BEGIN);
+  const conn = (await qr.connect()) as object;
+  const prepared = dialect === 'postgres' ? pgBatchTexts(conn, statements) : null;
+  const lead = [...(options.begin ? [BEGIN] : []), ...(prepared?.lead ?? [])];
+  const texts = [...lead, ...(prepared?.body ?? statements.map((s) => s.sql))];
   const text = texts.join(';\n');
   const params = dialect === 'mysql' ? statements.flatMap((s) => s.params) : [];
   let raw: unknown[];
@@ -106,8 +75,10 @@ export async function sendBatch(
       raw = texts.length === 1 ? [res] : (res as unknown[]);
     }
   } catch (err) {
+    prepared?.settle(false, err);
     throw new QueryFailedError(text, params, err as Error);
   }
+  prepared?.settle(true);
   if (raw.length !== texts.length) {
     throw new Error(`a batch of ${texts.length} statements returned ${raw.length} results`);
   }
@@ -119,5 +90,5 @@ export async function sendBatch(
     if (Array.isArray(r)) return { rows: r as Record<string, unknown>[], affected: 0 };
     return { rows: [], affected: Number((r as MysqlHeader).affectedRows ?? 0) };
   });
-  return options.begin ? results.slice(1) : results;
+  return results.slice(lead.length);
 }

@@ -32,15 +32,17 @@ export function forShareSql(dialect: Dialect): string {
   return dialect === 'postgres' ? 'FOR SHARE' : 'LOCK IN SHARE MODE';
 }
 
-interface DriverError {
+export interface DriverError {
   code?: string;
   errno?: number;
   constraint?: string;
   sqlMessage?: string;
   message?: string;
+  /** Set by src/db/pg-prepared.ts on an error the next attempt avoids by not using a prepared statement. */
+  preparedRestart?: boolean;
 }
 
-function driverErrorOf(err: unknown): DriverError {
+export function driverErrorOf(err: unknown): DriverError {
   if (err && typeof err === 'object') {
     const e = err as { driverError?: DriverError } & DriverError;
     return e.driverError ?? e;
@@ -48,10 +50,15 @@ function driverErrorOf(err: unknown): DriverError {
   return {};
 }
 
-/** PG 40001 serialization, 40P01 deadlock, 55P03 lock not available; MySQL 1213 deadlock, 1205 lock wait timeout, 3572 NOWAIT. */
+/**
+ * PG 40001 serialization, 40P01 deadlock, 55P03 lock not available, and an error src/db/pg-prepared.ts marked
+ * `preparedRestart` (a prepared statement that was missing, already there, or could not be prepared: the next
+ * attempt runs without it); MySQL 1213 deadlock, 1205 lock wait timeout, 3572 NOWAIT.
+ */
 export function isRetryableError(err: unknown): boolean {
   const d = driverErrorOf(err);
   if (d.code === '40001' || d.code === '40P01' || d.code === '55P03') return true;
+  if (d.preparedRestart === true) return true;
   return d.errno === 1213 || d.errno === 1205 || d.errno === 3572;
 }
 

@@ -295,7 +295,9 @@ export class Tx {
       }
       return out;
     }
-    if (!begin && statements.length === 1) {
+    // MySQL: one statement goes as a parameterized query; PostgreSQL sends it as a batch of one, so that a
+    // statement that recurs runs prepared (src/db/pg-prepared.ts).
+    if (!begin && statements.length === 1 && this.dialect === 'mysql') {
       const s = statements[0] as Statement;
       const res = await this.qr.query(toDialectSql(this.dialect, s.sql), [...s.params], true);
       return [{ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) }];
