@@ -25,6 +25,7 @@ import { TaskLedgerError } from '../domain/errors';
 import type { Dialect } from './config';
 import { countConnectionLoss, isConnectionLost } from './connection-loss';
 import {
+  driverErrorOf,
   forShareSql,
   isRetryableError,
   nowPlusMsSql,
@@ -624,13 +625,30 @@ export async function readRows<T = Record<string, unknown>>(
   }
 }
 
+/**
+ * One statement outside a transaction. On PostgreSQL, with values it can inline, it goes as a batch of one, so
+ * that it runs prepared when it recurs (src/db/pg-prepared.ts); a failure the next attempt avoids
+ * (`preparedRestart`: nothing ran) is tried once more.
+ */
+async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: SqlParam[]): Promise<StatementResult> {
+  if (dialect === 'postgres' && inlinable(params)) {
+    try {
+      return (await sendBatch(qr, dialect, [{ sql, params }], { begin: false }))[0] as StatementResult;
+    } catch (err) {
+      if (!driverErrorOf(err).preparedRestart) throw err;
+      return (await sendBatch(qr, dialect, [{ sql, params }], { begin: false }))[0] as StatementResult;
+    }
+  }
+  const res = await qr.query(toDialectSql(dialect, sql), params, true);
+  return { rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) };
+}
+
 async function readOnce<T>(db: Db, sql: string, params: SqlParam[]): Promise<T[]> {
-  if (db.dialect === 'postgres') return db.ds.query<T[]>(toDialectSql(db.dialect, sql), params);
   const qr = db.ds.createQueryRunner();
   try {
     await qr.connect();
-    await ensureSession(qr, db.dialect);
-    return (await qr.query(toDialectSql(db.dialect, sql), params)) as T[];
+    if (db.dialect === 'mysql') await ensureSession(qr, db.dialect);
+    return (await runAlone(qr, db.dialect, sql, params)).rows as T[];
   } catch (err) {
     if (isConnectionLost(err)) discardConnection(qr, db.dialect, err);
     throw err;
@@ -676,8 +694,7 @@ async function execAutocommit(
       await qr.connect();
       if (db.dialect === 'mysql') await ensureSession(qr, db.dialect);
       sent = true;
-      const res = await qr.query(toDialectSql(db.dialect, sql), params, true);
-      return Number(res.affected ?? 0);
+      return (await runAlone(qr, db.dialect, sql, params)).affected;
     } catch (err) {
       if (!isConnectionLost(err)) throw err;
       discardConnection(qr, db.dialect, err);

@@ -10,7 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { bool, runTransaction, type Tx } from '../../src/db/tx';
+import { bool, execOnce, readRows, runTransaction, type Tx } from '../../src/db/tx';
 import { uniqueViolationConstraint } from '../../src/db/dialect';
 import { useTestDb } from '../support/db';
 
@@ -102,5 +102,29 @@ describe('prepared statements', () => {
     if (t.db.dialect === 'postgres') {
       expect((await preparedTexts()).some((s) => s.includes('AS v'))).toBe(false);
     }
+  });
+
+  it('reads and one-statement writes outside a transaction run prepared too, and heal the same way', async () => {
+    const id = randomUUID();
+    await runTransaction(t.db, 'PreparedInsert', (tx) => insertWorkspace(tx, id, 'alone'));
+    const read = () =>
+      readRows<{ name: string }>(t.db, 'SELECT name FROM workspaces WHERE id = ? AND ? = ?', [id, 1, 1]);
+    const rename = (name: string) =>
+      execOnce(t.db, 'PreparedRename', 'UPDATE workspaces SET name = ?, updated_at = CURRENT_TIMESTAMP WHERE id = ?', [
+        name,
+        id,
+      ]);
+    for (const name of ['a', 'b', 'c']) {
+      expect(await rename(name)).toBe(1);
+      expect(await read()).toEqual([{ name }]);
+    }
+    if (t.db.dialect === 'postgres') {
+      const texts = await preparedTexts();
+      expect(texts.some((s) => s.includes('AS SELECT name FROM workspaces WHERE id = $1 AND $2 = $3'))).toBe(true);
+      expect(texts.some((s) => s.includes('AS UPDATE workspaces SET name = $1'))).toBe(true);
+      await runTransaction(t.db, 'PreparedDrop', (tx) => tx.exec('DEALLOCATE ALL'));
+    }
+    expect(await rename('d')).toBe(1);
+    expect(await read()).toEqual([{ name: 'd' }]);
   });
 });
