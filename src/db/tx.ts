@@ -95,6 +95,7 @@ export class Tx {
   private closed = false;
   /** The last writes, sent with COMMIT (`commitWith`). */
   private finals: Statement[] | null = null;
+  private finalsAnswer: { resolve: (r: StatementResult[]) => void; reject: (e: unknown) => void } | null = null;
   /** Writes sent without waiting for their answer (`expect`), settled before COMMIT. */
   readonly expectations = new Expectations();
 
@@ -110,11 +111,26 @@ export class Tx {
    * compare-and-set whose count decides anything is sent with `exec`). A
    * failing one rolls the whole transaction back and its error propagates as
    * from `exec`; a connection lost on the way answers
-   * `commit_outcome_unknown`. Nothing may be issued after it.
+   * `commit_outcome_unknown`. Nothing may be issued after it. A read may
+   * close the list (the view of rows just written): the returned promise
+   * gives every statement's result once the transaction committed, and is
+   * rejected (handled) when it did not.
    */
-  commitWith(statements: readonly Statement[]): void {
+  commitWith(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.finals !== null) throw new Error('internal: commitWith called twice');
     this.finals = [...statements];
+    const results = new Promise<StatementResult[]>((resolve, reject) => {
+      this.finalsAnswer = { resolve, reject };
+    });
+    results.catch(() => undefined);
+    return results;
+  }
+
+  /** Answers `commitWith`'s promise: its statements' results once committed, or why not. */
+  settleFinals(results: StatementResult[] | Error): void {
+    if (results instanceof Error) this.finalsAnswer?.reject(results);
+    else this.finalsAnswer?.resolve(results);
+    this.finalsAnswer = null;
   }
 
   /** The writes `commitWith` left for COMMIT. */
@@ -424,12 +440,21 @@ export async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<
  * server stops at the first failing statement, and the runner then rolls back. PostgreSQL needs every parameter
  * inlined for a batch: otherwise the writes go one by one and COMMIT after them.
  */
-async function commitFinals(qr: QueryRunner, dialect: Dialect, finals: readonly Statement[], begin: boolean) {
+async function commitFinals(
+  qr: QueryRunner,
+  dialect: Dialect,
+  finals: readonly Statement[],
+  begin: boolean,
+): Promise<StatementResult[]> {
   if (dialect === 'postgres' && !finals.every((s) => inlinable(s.params))) {
     if (begin) await qr.query('START TRANSACTION');
-    for (const s of finals) await qr.query(toDialectSql(dialect, s.sql), [...s.params]);
+    const out: StatementResult[] = [];
+    for (const s of finals) {
+      const res = await qr.query(toDialectSql(dialect, s.sql), [...s.params], true);
+      out.push({ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) });
+    }
     await commit(qr, dialect);
-    return;
+    return out;
   }
   const results = await sendBatch(qr, dialect, [...finals, { sql: 'COMMIT', params: [] }], { begin });
   const last = results[results.length - 1];
@@ -438,6 +463,7 @@ async function commitFinals(qr: QueryRunner, dialect: Dialect, finals: readonly 
       `internal: COMMIT answered ${String(last?.command)}: a statement of this transaction failed unseen`,
     );
   }
+  return results.slice(0, finals.length);
 }
 
 /** `commitFinals`, settling the expected writes sent with it: a wrong count is reported as their own mismatch. */
@@ -447,9 +473,10 @@ async function commitChecked(
   finals: readonly Statement[],
   begin: boolean,
   checks: readonly Pending[],
-): Promise<void> {
+): Promise<StatementResult[]> {
+  let results: StatementResult[];
   try {
-    await commitFinals(qr, dialect, finals, begin);
+    results = await commitFinals(qr, dialect, finals, begin);
   } catch (err) {
     const failed = checkedFailure(err);
     const item = failed === null ? undefined : checks[failed.index];
@@ -461,6 +488,7 @@ async function commitChecked(
     throw err;
   }
   for (const c of checks) c.resolve({ rows: [], affected: c.check!.affected });
+  return results.slice(checks.length);
 }
 
 async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
@@ -509,7 +537,7 @@ export async function runTransaction<T>(
       if (finals.length > 0 && !tx.isRollbackOnly) {
         committing = true;
         sentFinals = true;
-        await commitChecked(qr, db.dialect, finals, !tx.opened, unsent);
+        tx.settleFinals(await commitChecked(qr, db.dialect, finals, !tx.opened, unsent));
       } else if (tx.opened) {
         if (tx.isRollbackOnly) await qr.query('ROLLBACK');
         else {
@@ -517,8 +545,11 @@ export async function runTransaction<T>(
           await commit(qr, db.dialect);
         }
       }
+      // A transaction that rolled back on purpose never sent its final statements.
+      tx.settleFinals(new Error('internal: the transaction ended without its final statements'));
       return result;
     } catch (caught) {
+      tx?.settleFinals(caught instanceof Error ? caught : new Error(String(caught)));
       await tx?.close();
       // A write sent without waiting (`Tx.expect`) that did not take explains what failed after it.
       const err = isConnectionLost(caught) ? caught : (tx?.expectations.firstMismatch ?? caught);

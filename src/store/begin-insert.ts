@@ -17,12 +17,12 @@ import type { ActorBindingDocument } from '../canonical/types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
-import { runTransaction, type Db, type SqlParam, type Tx } from '../db/tx';
+import { runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
 import { planBlockerIds } from '../plan/blockers';
 import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
 import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
-import { findByExternalIdLocked, isSettled, readTaskViewLocked } from './task-view';
+import { findByExternalIdLocked, isSettled, TASK_VIEW_COLUMNS, toTaskView, type TaskViewRow } from './task-view';
 import type { PlannedStep, TaskView } from './types';
 import { settledValue } from './settled';
 
@@ -40,17 +40,28 @@ export type InsertResult =
   | { kind: 'found'; task: TaskView; outcome: BeginOutcome }
   | { kind: 'identity_reused' };
 
-async function insertRows(
+/** What the transaction's body answers: a created task's view arrives once COMMIT has. */
+type Attempt =
+  | Exclude<InsertResult, { kind: 'created' }>
+  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { task: Promise<TaskView> });
+
+/** One multi-row INSERT, or null for no rows. */
+function insertStatement(
   tx: Tx,
   table: string,
   columns: string[],
   rows: SqlParam[][],
   nowColumns: string[] = [],
-): Promise<void> {
-  if (rows.length === 0) return;
+): Statement | null {
+  if (rows.length === 0) return null;
   const cols = [...columns, ...nowColumns].join(', ');
   const one = `(${[...columns.map(() => '?'), ...nowColumns.map(() => tx.now)].join(', ')})`;
-  await tx.exec(`INSERT INTO ${table} (${cols}) VALUES ${rows.map(() => one).join(', ')}`, rows.flat());
+  return { sql: `INSERT INTO ${table} (${cols}) VALUES ${rows.map(() => one).join(', ')}`, params: rows.flat() };
+}
+
+async function insertRows(...args: Parameters<typeof insertStatement>): Promise<void> {
+  const stmt = insertStatement(...args);
+  if (stmt) await args[0].exec(stmt.sql, [...stmt.params]);
 }
 
 /**
@@ -97,7 +108,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
   const { plan } = input.built;
   const manifest = manifestHash(plan);
   const actorHash = actorBindingHash(input.actor);
-  return runTransaction(
+  const res = await runTransaction<Attempt>(
     db,
     'BeginTaskCreation',
     async (tx) => {
@@ -217,6 +228,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
     },
     { restartOnUnique: ['uq_tasks_workspace_external_id'] },
   );
+  return res.kind === 'created' ? { ...res, task: await res.task } : res;
 }
 
 /** True when the task tier holds only the new task's key: no parent, no blockers. */
@@ -226,21 +238,21 @@ function taskTierIsNewKeyOnly(input: InsertInput): boolean {
 }
 
 /** Begin's inserts, once every key (tiers 1 to 6) is held; returns the new task's view. */
-async function insertCreationRowsLocked(
+function insertCreationRowsLocked(
   tx: Tx,
   input: InsertInput,
   manifest: string,
   actorHash: string,
   awaitsBlockers: boolean,
-): Promise<InsertResult> {
+): Attempt {
   const { plan, rows } = input.built;
   const steps: PlannedStep[] = plan.steps.map((s) => ({ id: input.newId(), kind: s.kind, step_key: s.step_key }));
   // Inserts (all keys above are held).
   const t = rows.tasks;
-  // Issued together, in this order, with the view of the new task last: one round trip (Tx.batch);
-  // a unique violation stops the rest.
-  const written = await Promise.all([
-    insertRows(
+  // Sent with COMMIT, in this order, with the view of the new task last: one round trip (Tx.commitWith); a unique
+  // violation stops the rest and rolls everything back (an external ID taken meanwhile restarts Begin).
+  const statements = [
+    insertStatement(
       tx,
       'tasks',
       [
@@ -283,14 +295,14 @@ async function insertCreationRowsLocked(
       ],
       ['created_at', 'updated_at'],
     ),
-    insertRows(
+    insertStatement(
       tx,
       'task_identities',
       ['task_id', 'workspace_id', 'operation_id', 'state'],
       [[rows.task_identities.task_id, rows.task_identities.workspace_id, input.operationId, 'preparing']],
       ['created_at', 'updated_at'],
     ),
-    insertRows(
+    insertStatement(
       tx,
       'task_repositories',
       ['task_id', 'repository_id', 'workspace_id', 'position', 'base_branch', 'fresh_branch'],
@@ -304,14 +316,14 @@ async function insertCreationRowsLocked(
       ]),
       ['created_at'],
     ),
-    insertRows(
+    insertStatement(
       tx,
       'task_environments',
       ['id', 'workspace_id', 'task_id', 'kind', 'operation_id'],
       rows.task_environments.map((e) => [e.id, e.workspace_id, e.task_id, e.kind, input.operationId]),
       ['created_at'],
     ),
-    insertRows(
+    insertStatement(
       tx,
       'task_creation_steps',
       [
@@ -343,9 +355,15 @@ async function insertCreationRowsLocked(
       }),
       ['created_at', 'updated_at'],
     ),
-    readTaskViewLocked(tx, plan.task_id),
+  ].filter((x): x is Statement => x !== null);
+  const committed = tx.commitWith([
+    ...statements,
+    { sql: `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, params: [plan.task_id] },
   ]);
-  const task = written[written.length - 1] as TaskView | null;
-  if (!task) throw new Error(`task ${plan.task_id} is not readable inside the transaction that inserted it`);
+  const task = committed.then((results) => {
+    const row = results[results.length - 1]?.rows[0] as TaskViewRow | undefined;
+    if (!row) throw new Error(`task ${plan.task_id} is not readable in the transaction that inserted it`);
+    return toTaskView(row);
+  });
   return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task, steps };
 }

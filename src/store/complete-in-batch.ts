@@ -53,6 +53,6 @@ export async function completePhaseAInBatchLocked(
     throw err;
   }
   // Phase A's writes go with the batch's COMMIT (Tx.commitWith): both rows are locked and were read `preparing`.
-  tx.commitWith(phaseAWrites(tx, op.id, task.id));
+  void tx.commitWith(phaseAWrites(tx, op.id, task.id));
   return 'completing';
 }

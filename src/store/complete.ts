@@ -172,7 +172,7 @@ export async function completeTaskCreationLocked(
   ];
   const result: CompleteResult = { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
   if (last && resolvedEventId === null) {
-    tx.commitWith(writes);
+    void tx.commitWith(writes);
     return result;
   }
   // Issued together: one round trip, run by the server strictly in this order (Tx.batch); the first that fails
@@ -228,7 +228,7 @@ export async function completeTaskCreationPhaseA(
     if ('outcome' in v) return v;
     if (v.op.state === 'completing') return 'already_completing';
     // Sent with COMMIT, in this order (Tx.commitWith): both rows are locked and were read `preparing` above.
-    tx.commitWith(phaseAWrites(tx, v.op.id, v.task.id));
+    void tx.commitWith(phaseAWrites(tx, v.op.id, v.task.id));
     return 'completing';
   });
 }

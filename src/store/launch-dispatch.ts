@@ -296,7 +296,7 @@ async function claimOnceLocked(
     1,
     () => new ConflictError('stale_claim', 'dispatch claim changed while being claimed', { dispatch_id: row.id }),
   );
-  tx.commitWith([
+  void tx.commitWith([
     {
       sql: `UPDATE task_sessions SET state = 'starting', updated_at = ${tx.now} WHERE id = ?`,
       params: [target.sessionId],
@@ -408,7 +408,7 @@ export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: 
     tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
     const runtimeId = globalThis.crypto.randomUUID();
     tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);
-    tx.commitWith([
+    void tx.commitWith([
       {
         sql: `UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`,
         params: [claim.sessionId],

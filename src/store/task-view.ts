@@ -10,16 +10,10 @@ import type { TaskView } from './types';
 export const TASK_VIEW_COLUMNS =
   'id, workspace_id, title, description, external_id, creation_state, creation_operation_id, workflow_id, workflow_step_id, parent_id, start_policy, created_at';
 
-type TaskViewRow = Omit<TaskView, 'creation_complete'>;
+export type TaskViewRow = Omit<TaskView, 'creation_complete'>;
 
 export function toTaskView(row: TaskViewRow): TaskView {
   return { ...row, creation_complete: row.creation_state === 'completed' };
-}
-
-/** The view of a task inside the caller's transaction (Begin returns what it just inserted, read with its inserts). */
-export async function readTaskViewLocked(tx: Tx, taskId: string): Promise<TaskView | null> {
-  const row = await tx.one<TaskViewRow>(`SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [taskId]);
-  return row ? toTaskView(row) : null;
 }
 
 export function isSettled(state: TaskCreationState): boolean {

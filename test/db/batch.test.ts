@@ -169,7 +169,7 @@ describe('final writes sent with COMMIT (Tx.commitWith)', () => {
     const [a, b] = [randomUUID(), randomUUID()];
     const out = await runTransaction(t.db, 'FinalWrites', async (tx) => {
       await insertWorkspace(tx, a, 'first');
-      tx.commitWith([
+      void tx.commitWith([
         insert(tx, b, 'second'),
         { sql: 'UPDATE workspaces SET name = ? WHERE id = ?', params: ['renamed', a] },
       ]);
@@ -181,8 +181,49 @@ describe('final writes sent with COMMIT (Tx.commitWith)', () => {
 
   it('opens the transaction itself when nothing was sent before', async () => {
     const id = randomUUID();
-    await runTransaction(t.db, 'OnlyFinalWrites', (tx) => Promise.resolve(tx.commitWith([insert(tx, id, 'alone')])));
+    await runTransaction(t.db, 'OnlyFinalWrites', (tx) => {
+      void tx.commitWith([insert(tx, id, 'alone')]);
+      return Promise.resolve();
+    });
     expect(await names([id])).toEqual(['alone']);
+  });
+
+  it('a read closing the final writes answers with what they wrote, once committed', async () => {
+    const id = randomUUID();
+    const answer = await runTransaction(t.db, 'FinalRead', async (tx) => {
+      await tx.rows('SELECT 1 AS one');
+      return {
+        results: tx.commitWith([
+          insert(tx, id, 'written'),
+          { sql: 'SELECT name FROM workspaces WHERE id = ?', params: [id] },
+        ]),
+      };
+    });
+    const results = await answer.results;
+    expect(results.map((r) => r.affected)[0]).toBe(1);
+    expect(results[1]?.rows).toEqual([{ name: 'written' }]);
+    expect(await names([id])).toEqual(['written']);
+  });
+
+  it("the final statements' answer is an error when they did not commit", async () => {
+    const [a, b] = [randomUUID(), randomUUID()];
+    await runTransaction(t.db, 'Seed', (tx) => insertWorkspace(tx, b, 'held'));
+    let answer: Promise<unknown> | undefined;
+    await expect(
+      runTransaction(t.db, 'FinalReadFails', (tx) => {
+        answer = tx.commitWith([insert(tx, a, 'a'), insert(tx, b, 'dup'), { sql: 'SELECT 1 AS one', params: [] }]);
+        return Promise.resolve();
+      }),
+    ).rejects.toThrow();
+    await expect(answer).rejects.toThrow();
+    let rolledBack: Promise<unknown> | undefined;
+    await runTransaction(t.db, 'FinalReadRolledBack', (tx) => {
+      rolledBack = tx.commitWith([insert(tx, a, 'a')]);
+      tx.rollbackOnly();
+      return Promise.resolve();
+    });
+    await expect(rolledBack).rejects.toThrow(/without its final statements/);
+    expect(await names([a, b])).toEqual(['<absent>', 'held']);
   });
 
   it('a failing final write rolls back the whole transaction and its error propagates', async () => {
@@ -191,7 +232,7 @@ describe('final writes sent with COMMIT (Tx.commitWith)', () => {
     await expect(
       runTransaction(t.db, 'FinalWritesFail', async (tx) => {
         await insertWorkspace(tx, a, 'before');
-        tx.commitWith([
+        void tx.commitWith([
           { sql: 'UPDATE workspaces SET name = ? WHERE id = ?', params: ['changed', b] },
           insert(tx, b, 'dup'),
         ]);
@@ -203,7 +244,7 @@ describe('final writes sent with COMMIT (Tx.commitWith)', () => {
   it('refuses a statement after the final writes', async () => {
     await expect(
       runTransaction(t.db, 'AfterFinal', async (tx) => {
-        tx.commitWith([insert(tx, randomUUID(), 'x')]);
+        void tx.commitWith([insert(tx, randomUUID(), 'x')]);
         await tx.rows('SELECT 1 AS one');
       }),
     ).rejects.toThrow(/after commitWith/);

@@ -119,7 +119,7 @@ describe('writes sent without waiting (Tx.expect)', () => {
         1,
         () => new ConflictError('stale_claim', 'two rows changed where one should', {}),
       );
-      tx.commitWith([
+      void tx.commitWith([
         {
           sql: `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, 'final', 'active', ${tx.now}, ${tx.now})`,
           params: [after],

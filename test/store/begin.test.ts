@@ -4,15 +4,21 @@
  * every refusal. Runs on PostgreSQL and on MySQL/MariaDB.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GitError } from '../../src/git/rev-parse';
 import { beginTaskCreation } from '../../src/store/begin';
 import { completeTaskCreation } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
+import { countRoundTrips } from '../support/round-trips';
+import { TASK_VIEW_COLUMNS } from '../../src/store/task-view';
 import { begin, driveAllSteps, expectTyped } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
 
 async function writes(db: typeof t.db, workspaceId: string): Promise<number[]> {
   return Promise.all([
@@ -52,6 +58,21 @@ describe('BeginTaskCreation outcomes', () => {
     // Only the token's SHA-256 is stored.
     expect(op[0]!.completion_token_sha256).toMatch(/^[0-9a-f]{64}$/);
     expect(op[0]!.completion_token_sha256).not.toContain(res.handle!.completionToken);
+  });
+
+  it("Begin's inserts and the view it answers travel with COMMIT: the view is the stored row", async () => {
+    const ws = await seedWorkspace(t.db);
+    await begin(t.db, ws, { title: 'warm-up' });
+    const trips = countRoundTrips(t.db);
+    const res = await begin(t.db, ws, { title: 'counted' });
+    // PostgreSQL: two reads outside the transaction (the workspace's state, the workflow step), then three round
+    // trips in it: locks and barriers; the operation row, task key and identity lock; the inserts, the view and
+    // COMMIT together (they were a round trip each before). MySQL sets each read's session first and takes the
+    // task key and identity lock one by one.
+    expect(trips.calls).toBe(t.db.dialect === 'postgres' ? 5 : 8);
+    const stored = await sql(t.db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [res.task.id]);
+    expect({ ...stored[0], creation_complete: false }).toEqual(res.task);
+    expect(res.task.title).toBe('counted');
   });
 
   it('a retried external ID returns FoundUnsettled, then FoundSettled, writing nothing', async () => {
