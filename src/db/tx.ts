@@ -114,7 +114,9 @@ export class Tx {
    * `commit_outcome_unknown`. Nothing may be issued after it. A read may
    * close the list (the view of rows just written): the returned promise
    * gives every statement's result once the transaction committed, and is
-   * rejected (handled) when it did not.
+   * rejected (handled) when it did not. A body that hands it out must wrap
+   * it (`{ results }`): an async body returning the promise itself would
+   * wait for the COMMIT that only follows the body.
    */
   commitWith(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.finals !== null) throw new Error('internal: commitWith called twice');

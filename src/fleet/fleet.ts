@@ -40,6 +40,7 @@ import type { Db } from '../db/tx';
 import { STEP_KINDS } from '../domain/vocab';
 import { LocalProcessExecutor, type Executor } from '../launch/executor';
 import { processLaunchJob } from '../launch/launch-worker';
+import type { OutboxMark } from '../store/launch-dispatch';
 import type { Logger } from '../log';
 import { createMetrics, type Metrics } from '../metrics';
 import { processOutboxJob, type OutboxEvent } from '../outbox/dispatcher';
@@ -140,7 +141,9 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   // role (ecosystem.config.js) keep every hop.
   // Queued deliveries (the reaper's sweep, a failed in-place pass) take the same single-flight pass: one pass per
   // workspace in this process at a time, and the launch in place here too.
-  const launchInPlace = roles.has('launch') ? (job: LaunchJob) => processLaunchJob(launchDeps, job) : undefined;
+  const launchInPlace = roles.has('launch')
+    ? (job: LaunchJob, mark?: OutboxMark) => processLaunchJob(launchDeps, job, mark)
+    : undefined;
   const workspacePass = singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }));
   // Right after a Complete: that creation's events only (no other process walks them at the same time).
   const deliveryPass = (workspaceId: string, operationId?: string) =>

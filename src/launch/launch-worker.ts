@@ -23,6 +23,7 @@ import {
   failLaunchDispatch,
   recordLaunchDispatch,
   type DispatchClaim,
+  type OutboxMark,
 } from '../store/launch-dispatch';
 import { abandonLaunchDispatch } from '../store/launch-dispatch-end';
 import { launchConfigSha256 } from '../plan/launch-config';
@@ -80,9 +81,11 @@ export type LaunchWakeup = LaunchJob & { generation?: number };
 export const launchRetryJobId = (operationId: string, sessionId: string, generation: number): string =>
   `launch-${operationId}-${sessionId}-g${generation}`;
 
+/** `mark`: the outbox event whose delivery runs this launch in place, marked with the launch record. */
 export async function processLaunchJob(
   deps: LaunchWorkerDeps,
   job: LaunchWakeup,
+  mark?: OutboxMark,
 ): Promise<'launched' | 'queued' | 'skipped' | 'failed'> {
   const log = deps.log.child({ operation_id: job.operationId, session_id: job.sessionId });
   const claim = await claimLaunchDispatch(
@@ -149,7 +152,7 @@ export async function processLaunchJob(
       },
     });
     try {
-      await recordLaunchDispatch(deps.db, claim, runtime);
+      await recordLaunchDispatch(deps.db, claim, runtime, mark);
     } catch (err) {
       // The task (or its workspace) was deleted while the agent started: the deletion fenced this claim and handed
       // the agent to a cleanup job, which stops it once this claim's lease has run out. Nothing to record here.

@@ -14,12 +14,13 @@ import { launchJobId, LAUNCH_QUEUE, type LaunchJob, type OutboxJob } from '../..
 import { parseCanonical } from '../canonical/canonical-json';
 import { TIER } from '../db/lock-plan';
 import { execOnce, readRows, runTransaction, type Db } from '../db/tx';
-import { nowSql } from '../db/dialect';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { QueueSet } from '../coordinator/queues';
 import { isTaskLedgerError } from '../domain/errors';
 import { promoteDeferredLaunch, type PromotionResult } from '../store/deferred-launch';
+import type { OutboxMark } from '../store/launch-dispatch';
+import { markDeliveredStatement } from '../store/outbox-mark';
 
 export interface OutboxEvent {
   seq: string;
@@ -73,9 +74,15 @@ const INTENT_JOIN = `FROM event_outbox e
 const BATCH = 100;
 
 export interface DeliveryOptions {
-  /** Run an immediate start's launch in this process (a process that also runs the launch role). */
-  launchInPlace?: (job: LaunchJob) => Promise<unknown>;
+  /**
+   * Run an immediate start's launch in this process (a process that also runs the launch role); `mark`, when
+   * given, is the delivered event, marked with the launch record (`recordLaunchDispatch`).
+   */
+  launchInPlace?: (job: LaunchJob, mark?: OutboxMark) => Promise<unknown>;
 }
+
+/** A delivery's outcome: done (true; `marked` when its launch already marked it), nothing to do (false), held. */
+type Delivery = boolean | 'held' | 'marked';
 
 /**
  * Delivers one event; returns false, having done nothing, when it is a launch
@@ -98,7 +105,8 @@ async function deliver(
   options: DeliveryOptions,
   /** The event's armed intents as read just now with the event itself (a pass over one operation's events). */
   fresh?: IntentRow[],
-): Promise<boolean | 'held'> {
+): Promise<Delivery> {
+  let markedByLaunch = false;
   const immediate = event.type === 'task.created' && event.payload.start_policy === 'immediate';
   const unblocked = event.type === 'task.dependencies_resolved' && event.payload.start_policy === 'deferred';
   if (unblocked) {
@@ -139,13 +147,17 @@ async function deliver(
             [event.event_id],
           );
     if (rows.length === 0 || rows[0]!.delivered_at !== null) return false;
+    // The first launch run in place marks the event with its record (one commit fewer); any other path marks it here.
+    let mark: OutboxMark | undefined = { eventId: event.event_id, marked: false };
     for (const intent of rows) {
       if (intent.step_key === null) continue;
       if (intent.dispatch_state !== null && !CLAIMABLE.has(intent.dispatch_state)) continue;
       const job: LaunchJob = { operationId: event.operation_id, taskId: event.task_id, sessionId: intent.step_key };
       if (options.launchInPlace) {
         try {
-          await options.launchInPlace(job);
+          await options.launchInPlace(job, mark);
+          if (mark?.marked) markedByLaunch = true;
+          mark = undefined;
           continue;
         } catch (err) {
           deps.log.warn({ err, operation_id: job.operationId }, 'in-place launch failed; queueing its wake-up');
@@ -157,7 +169,7 @@ async function deliver(
     }
   }
   for (const s of deps.subscribers ?? []) s(event);
-  return true;
+  return markedByLaunch ? 'marked' : true;
 }
 
 export async function processOutboxJob(
@@ -228,8 +240,8 @@ function toEvent(row: EventRow): OutboxEvent {
   };
 }
 
-/** After a delivery: a held event counts a try; a delivered one is marked (1 when this pass marked it). */
-async function settle(deps: OutboxDeps, event: OutboxEvent, outcome: boolean | 'held'): Promise<number> {
+/** After a delivery: a held event counts a try; a delivered one is marked unless its launch did (1 when this pass marked it). */
+async function settle(deps: OutboxDeps, event: OutboxEvent, outcome: Delivery): Promise<number> {
   if (outcome === 'held') {
     await runTransaction(deps.db, 'NoteOutboxHeld', async (tx) => {
       tx.lockRow(TIER.OUTBOX, 'event_outbox', event.event_id);
@@ -241,14 +253,13 @@ async function settle(deps: OutboxDeps, event: OutboxEvent, outcome: boolean | '
     return 0;
   }
   if (!outcome) return 0;
+  if (outcome === 'marked') {
+    deps.metrics?.outboxDelivered.inc({ type: event.type });
+    return 1;
+  }
   // One autocommit statement on the event's own row (outbox 16, nothing else locked): one round trip.
-  const marked = await execOnce(
-    deps.db,
-    'MarkOutboxDelivered',
-    `UPDATE event_outbox SET delivered_at = ${nowSql(deps.db.dialect)}, delivery_attempts = delivery_attempts + 1
-      WHERE event_id = ? AND delivered_at IS NULL`,
-    [event.event_id],
-  );
+  const mark = markDeliveredStatement(deps.db.dialect, event.event_id);
+  const marked = await execOnce(deps.db, 'MarkOutboxDelivered', mark.sql, [...mark.params]);
   if (marked !== 1) return 0;
   deps.metrics?.outboxDelivered.inc({ type: event.type });
   return 1;

@@ -52,6 +52,7 @@ import {
   type GuardOptions,
   type OperationRow,
 } from './operation-guard';
+import { markDeliveredStatement } from './outbox-mark';
 import { admitStatement, admittedCountLocked, enqueueLocked } from './wip-admission';
 import { lockStepsLocked, verifyStepRequest } from './step-rows';
 
@@ -392,9 +393,24 @@ export function dispatchEvidenceJson(
   return { json, sha256: domainHash(DISPATCH_EVIDENCE_DOMAIN, json) };
 }
 
-export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: RuntimeProof): Promise<void> {
+/**
+ * An outbox event delivered by this launch (the `task.created` whose delivery ran it in place): its mark travels
+ * with the launch record. `marked` says, once the record committed, whether this transaction marked it (false:
+ * another dispatcher had, or the record did not commit and the caller marks it as usual).
+ */
+export interface OutboxMark {
+  eventId: string;
+  marked: boolean;
+}
+
+export async function recordLaunchDispatch(
+  db: Db,
+  claim: DispatchClaim,
+  proof: RuntimeProof,
+  mark?: OutboxMark,
+): Promise<void> {
   const evidence = dispatchEvidenceJson(claim, proof);
-  await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
+  const committed = await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
     const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
     if ('refused' in p) throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
     // The three writes travel with COMMIT (one round trip, in this order): the claim's compare-and-set is checked
@@ -408,26 +424,34 @@ export async function recordLaunchDispatch(db: Db, claim: DispatchClaim, proof: 
     tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
     const runtimeId = globalThis.crypto.randomUUID();
     tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);
-    void tx.commitWith([
-      {
-        sql: `UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`,
-        params: [claim.sessionId],
-      },
-      {
-        sql: `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
+    // The delivered event's mark last (outbox 16): the same compare-and-set a delivery's own mark is.
+    if (mark) tx.lockRow(TIER.OUTBOX, 'event_outbox', mark.eventId);
+    // Wrapped: a body that returned the promise itself would wait for the COMMIT that follows it.
+    return {
+      results: tx.commitWith([
+        {
+          sql: `UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`,
+          params: [claim.sessionId],
+        },
+        {
+          sql: `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ${tx.now}, ${tx.now})`,
-        params: [
-          runtimeId,
-          claim.sessionId,
-          claim.taskId,
-          claim.workspaceId,
-          claim.dispatchId,
-          canonicalJson(proof.handle),
-          proof.pid,
-        ],
-      },
-    ]);
+          params: [
+            runtimeId,
+            claim.sessionId,
+            claim.taskId,
+            claim.workspaceId,
+            claim.dispatchId,
+            canonicalJson(proof.handle),
+            proof.pid,
+          ],
+        },
+        ...(mark ? [markDeliveredStatement(tx.dialect, mark.eventId)] : []),
+      ]),
+    };
   });
+  const results = await committed.results;
+  if (mark) mark.marked = results[results.length - 1]?.affected === 1;
 }
 
 export async function failLaunchDispatch(

@@ -18,7 +18,7 @@ import { processOutboxJob, type OutboxEvent } from '../../src/outbox/dispatcher'
 import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
-import { claimLaunchDispatch } from '../../src/store/launch-dispatch';
+import { claimLaunchDispatch, type OutboxMark } from '../../src/store/launch-dispatch';
 import { markTaskDone } from '../../src/store/task-done';
 import { verifyLedger } from '../../src/verify/run';
 import type { OperationAuthority } from '../../src/store/types';
@@ -27,6 +27,7 @@ import { countRoundTrips } from '../support/round-trips';
 import { begin, driveAllSteps } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 import { effectDeps } from '../steps/support';
+import { launchNow } from '../support/launch';
 
 const t = useTestDb();
 
@@ -183,6 +184,43 @@ describe("an operation's own pass", () => {
     const free = await completed(ws, true);
     expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId, operationId: free }, { launchInPlace })).toBe(1);
     expect(launched).toEqual([free]);
+  });
+});
+
+describe('a launch run in place by a delivery', () => {
+  it('marks the event with its launch record, in the same round trip', async () => {
+    const ws = await seedWorkspace(t.db);
+    const op = await completed(ws, true);
+    const [event] = await sql<{ event_id: string }>(t.db, 'SELECT event_id FROM event_outbox WHERE operation_id = ?', [
+      op,
+    ]);
+    const [intent] = await sql<{ step_key: string }>(
+      t.db,
+      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
+      [op],
+    );
+    const results: string[] = [];
+    const launchInPlace = async (job: LaunchJob, mark?: OutboxMark) =>
+      results.push(await launchNow(t.db, ws.dataDir, job, 'in-place', mark));
+    const deps = { db: t.db, queues, log: silentLogger(), metrics: null };
+    const trips = countRoundTrips(t.db, event!.event_id);
+    expect(await processOutboxJob(deps, { workspaceId: ws.workspaceId, operationId: op }, { launchInPlace })).toBe(1);
+    const texts = trips.texts;
+    vi.restoreAllMocks();
+    expect(results).toEqual(['launched']);
+    // The only statement naming the event is its mark, sent with the launch record (which names the session).
+    expect(texts).toHaveLength(1);
+    expect(texts[0]).toContain(intent!.step_key);
+    expect(await undelivered(ws)).toBe(0);
+    expect(await count(t.db, 'executors_running', 'session_id = ?', [intent!.step_key])).toBe(1);
+
+    // The ledger agrees: the event delivered once, the launch recorded (launches that do not run, or run without
+    // marking, leave the mark to the pass: the tests above, whose in-place launches never mark).
+    const report = await verifyLedger(
+      { db: t.db, effects: effectDeps(t.db, ws.dataDir, 5000), handlers: defaultStepHandlers },
+      { workspaceId: ws.workspaceId, observe: false, maxDrift: 100, pageSize: 50 },
+    );
+    expect(report.drift).toEqual([]);
   });
 });
 

@@ -7,9 +7,10 @@ import type { LaunchJob } from '../../queues/names';
 import type { Db } from '../../src/db/tx';
 import { LocalProcessExecutor } from '../../src/launch/executor';
 import { processLaunchJob } from '../../src/launch/launch-worker';
+import type { OutboxMark } from '../../src/store/launch-dispatch';
 import { silentLogger } from '../../src/log';
 
-export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 'test-launcher') {
+export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 'test-launcher', mark?: OutboxMark) {
   return processLaunchJob(
     {
       db,
@@ -21,5 +22,6 @@ export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 't
       leaseMs: 60_000,
     },
     job,
+    mark,
   );
 }

@@ -17,10 +17,13 @@ function textOf(q: unknown): string {
 
 /**
  * Starts counting the calls whose SQL or values mention `marker` (every
- * call when it is omitted). Undo with `vi.restoreAllMocks()`.
+ * call when it is omitted), keeping each one's text and values. On
+ * PostgreSQL a statement that recurs is sent as `EXECUTE tl_<n>(<values>)`
+ * (src/db/pg-prepared.ts): match values, not SQL. Undo with
+ * `vi.restoreAllMocks()`.
  */
-export function countRoundTrips(db: Db, marker?: string): { readonly calls: number } {
-  const seen = { calls: 0 };
+export function countRoundTrips(db: Db, marker?: string): { readonly calls: number; readonly texts: string[] } {
+  const seen = { calls: 0, texts: [] as string[] };
   const proto = (db.dialect === 'postgres' ? pg.Client.prototype : mysql.Connection.prototype) as unknown as {
     query: (...args: unknown[]) => unknown;
   };
@@ -28,7 +31,11 @@ export function countRoundTrips(db: Db, marker?: string): { readonly calls: numb
   vi.spyOn(proto, 'query').mockImplementation(function (this: unknown, ...args: unknown[]) {
     // MySQL sends the SQL with `?` placeholders and the values beside it.
     const values = Array.isArray(args[1]) ? (args[1] as unknown[]).join(' ') : '';
-    if (marker === undefined || `${textOf(args[0])} ${values}`.includes(marker)) seen.calls++;
+    const text = `${textOf(args[0])} ${values}`;
+    if (marker === undefined || text.includes(marker)) {
+      seen.calls++;
+      seen.texts.push(text);
+    }
     return original.apply(this, args);
   });
   return seen;
