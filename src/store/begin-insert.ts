@@ -18,6 +18,7 @@ import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
+import type { StatementResult } from '../db/batch';
 import { planBlockerIds } from '../plan/blockers';
 import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
@@ -40,10 +41,13 @@ export type InsertResult =
   | { kind: 'found'; task: TaskView; outcome: BeginOutcome }
   | { kind: 'identity_reused' };
 
-/** What the transaction's body answers: a created task's view arrives once COMMIT has. */
+/**
+ * What the transaction's body answers: a created task's view arrives once COMMIT has (`commitWith`'s own promise,
+ * whose rejection is handled: an attempt that restarts or fails drops it unread).
+ */
 type Attempt =
   | Exclude<InsertResult, { kind: 'created' }>
-  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { task: Promise<TaskView> });
+  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { committed: Promise<StatementResult[]> });
 
 /** One multi-row INSERT, or null for no rows. */
 function insertStatement(
@@ -228,7 +232,9 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
     },
     { restartOnUnique: ['uq_tasks_workspace_external_id'] },
   );
-  return res.kind === 'created' ? { ...res, task: await res.task } : res;
+  if (res.kind !== 'created') return res;
+  const { committed, ...created } = res;
+  return { ...created, task: createdView(input.built.plan.task_id, await committed) };
 }
 
 /** True when the task tier holds only the new task's key: no parent, no blockers. */
@@ -360,10 +366,12 @@ function insertCreationRowsLocked(
     ...statements,
     { sql: `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, params: [plan.task_id] },
   ]);
-  const task = committed.then((results) => {
-    const row = results[results.length - 1]?.rows[0] as TaskViewRow | undefined;
-    if (!row) throw new Error(`task ${plan.task_id} is not readable in the transaction that inserted it`);
-    return toTaskView(row);
-  });
-  return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task, steps };
+  return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, committed, steps };
+}
+
+/** The new task's view, read with the inserts (the last of `commitWith`'s results). */
+function createdView(taskId: string, results: StatementResult[]): TaskView {
+  const row = results[results.length - 1]?.rows[0] as TaskViewRow | undefined;
+  if (!row) throw new Error(`task ${taskId} is not readable in the transaction that inserted it`);
+  return toTaskView(row);
 }

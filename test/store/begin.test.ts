@@ -386,3 +386,49 @@ describe('parents and blockers must be settled', () => {
     expect((await begin(t.db, ws, { parent_id: open.task.id })).outcome).toBe('Created');
   });
 });
+
+describe('a Begin whose inserts fail with COMMIT', () => {
+  it('restarts cleanly: the failed attempt leaves no answer pending, the next one creates the task', async () => {
+    const ws = await seedWorkspace(t.db);
+    const tag = `fail-once-${randomUUID()}`;
+    const seq = `tl_fail_${tag.slice(-12)}`;
+    // A trigger fails the first insert of a task with this title as a deadlock would (a sequence counts attempts:
+    // it is not rolled back with the transaction); the runner restarts Begin from the top.
+    if (t.db.dialect === 'postgres') {
+      await sql(t.db, `CREATE SEQUENCE ${seq}`);
+      await sql(
+        t.db,
+        `CREATE FUNCTION ${seq}_fn() RETURNS trigger AS $$ BEGIN
+           IF NEW.title = '${tag}' AND nextval('${seq}') = 1 THEN RAISE EXCEPTION 'injected' USING ERRCODE = '40P01'; END IF;
+           RETURN NEW; END $$ LANGUAGE plpgsql`,
+      );
+      await sql(t.db, `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON tasks FOR EACH ROW EXECUTE FUNCTION ${seq}_fn()`);
+    } else {
+      await sql(t.db, `CREATE SEQUENCE ${seq}`);
+      await sql(
+        t.db,
+        `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON tasks FOR EACH ROW BEGIN
+           IF NEW.title = '${tag}' AND NEXTVAL(${seq}) = 1 THEN
+             SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected';
+           END IF;
+         END`,
+      );
+    }
+    try {
+      const res = await begin(t.db, ws, { title: tag });
+      expect(res.outcome).toBe('Created');
+      expect(res.task.title).toBe(tag);
+      // Two attempts: the first failed at its final batch, the second committed.
+      const [{ n }] = (await sql<{ n: number | string }>(
+        t.db,
+        t.db.dialect === 'postgres' ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
+      )) as [{ n: number | string }];
+      expect(Number(n)).toBe(2);
+      expect(await count(t.db, 'tasks', 'title = ?', [tag])).toBe(1);
+    } finally {
+      await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON tasks' : ''}`);
+      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
+      await sql(t.db, `DROP SEQUENCE ${seq}`);
+    }
+  });
+});
