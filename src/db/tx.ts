@@ -21,7 +21,7 @@
  * it committed.
  */
 import type { DataSource, QueryRunner } from 'typeorm';
-import { TaskLedgerError } from '../domain/errors';
+import { isTaskLedgerError, TaskLedgerError } from '../domain/errors';
 import type { Dialect } from './config';
 import { countConnectionLoss, isConnectionLost } from './connection-loss';
 import {
@@ -37,6 +37,7 @@ import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
 import { checkedFailure, checkedSql } from './checked-commit';
 import { Expectations, type Tracked } from './expectations';
+import { Coalescer, type Queued } from './coalesce';
 
 export interface Db {
   readonly ds: DataSource;
@@ -632,16 +633,60 @@ function discardConnection(qr: QueryRunner, dialect: Dialect, err: unknown): voi
  * One non-transactional read (autocommit), for lookups outside any command.
  * Its connection gets the same session settings as a transaction's (UTC on
  * MySQL), so `NOW(3)` in a background query compares with stored UTC times.
+ * Reads issued together (`Promise.all`, within a few microtask turns) travel
+ * as one multi-statement round trip on one connection (`Coalescer`); when
+ * that batch fails, each read runs alone, so every caller gets its own
+ * answer or its own error.
  */
-export async function readRows<T = Record<string, unknown>>(
-  db: Db,
-  sql: string,
-  params: SqlParam[] = [],
-): Promise<T[]> {
-  // A read has no effect, so a lost connection simply reads again (up to LOST_ATTEMPTS, as a transaction would).
+export function readRows<T = Record<string, unknown>>(db: Db, sql: string, params: SqlParam[] = []): Promise<T[]> {
+  let c = readCoalescers.get(db);
+  if (!c) {
+    c = new Coalescer((batch) => readTogether(db, batch));
+    readCoalescers.set(db, c);
+  }
+  return c.add({ sql, params }) as Promise<T[]>;
+}
+
+const readCoalescers = new WeakMap<Db, Coalescer<Statement, Record<string, unknown>[]>>();
+
+async function readTogether(db: Db, batch: Queued<Statement, Record<string, unknown>[]>[]): Promise<void> {
+  const together = batch.length > 1 && (db.dialect === 'mysql' || batch.every((q) => inlinable(q.item.params)));
+  if (together) {
+    let results: StatementResult[] | null = null;
+    try {
+      results = await withLostRetry(() =>
+        readOnce(
+          db,
+          batch.map((q) => q.item),
+        ),
+      );
+    } catch (err) {
+      if (isTaskLedgerError(err, 'database_unavailable')) {
+        for (const q of batch) q.reject(err);
+        return;
+      }
+      // One read failed the batch: each runs alone below and answers for itself.
+    }
+    if (results) {
+      batch.forEach((q, i) => q.resolve(results[i]!.rows));
+      return;
+    }
+  }
+  await Promise.all(
+    batch.map((q) =>
+      withLostRetry(() => readOnce(db, [q.item])).then(
+        (r) => q.resolve(r[0]!.rows),
+        (err: unknown) => q.reject(err),
+      ),
+    ),
+  );
+}
+
+/** A read has no effect, so a lost connection simply reads again (up to LOST_ATTEMPTS, as a transaction would). */
+async function withLostRetry<T>(read: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await readOnce<T>(db, sql, params);
+      return await read();
     } catch (err) {
       if (!isConnectionLost(err)) throw err;
       countConnectionLoss();
@@ -676,12 +721,16 @@ async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: 
   return { rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) };
 }
 
-async function readOnce<T>(db: Db, sql: string, params: SqlParam[]): Promise<T[]> {
+async function readOnce(db: Db, statements: Statement[]): Promise<StatementResult[]> {
   const qr = db.ds.createQueryRunner();
   try {
     await qr.connect();
     if (db.dialect === 'mysql') await ensureSession(qr, db.dialect);
-    return (await runAlone(qr, db.dialect, sql, params)).rows as T[];
+    if (statements.length === 1) {
+      const s = statements[0] as Statement;
+      return [await runAlone(qr, db.dialect, s.sql, [...s.params])];
+    }
+    return await sendBatch(qr, db.dialect, statements, { begin: false });
   } catch (err) {
     if (isConnectionLost(err)) discardConnection(qr, db.dialect, err);
     throw err;
