@@ -28,7 +28,7 @@
  * `TASKLEDGER_PG_PREPARE=0` turns it off (a transaction-pooling proxy such as
  * PgBouncer cannot keep a session's prepared statements).
  */
-import { driverErrorOf, type DriverError } from './dialect';
+import { driverErrorOf, toDialectSql, type DriverError } from './dialect';
 import { inlinePgParams, type SqlParam, type Statement } from './statement';
 
 const MAX_PER_CONNECTION = 256;
@@ -81,11 +81,6 @@ function literalList(params: readonly SqlParam[]): string {
   return params.length === 0 ? '' : inlinePgParams(`(${params.map(() => '?').join(', ')})`, params);
 }
 
-function numbered(sql: string): string {
-  let n = 0;
-  return sql.replace(/\?/g, () => `$${++n}`);
-}
-
 export interface PgBatchTexts {
   /** Texts to run before the statements (their results are not the caller's). */
   lead: string[];
@@ -114,7 +109,7 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
       if (state.names.size + preparing.length >= MAX_PER_CONNECTION) return inlinePgParams(s.sql, s.params);
       if (!preparing.some((p) => p.name === name)) {
         preparing.push({ name, sql: s.sql });
-        lead.push(`PREPARE ${name} AS ${numbered(s.sql)}`);
+        lead.push(`PREPARE ${name} AS ${toDialectSql('postgres', s.sql)}`);
       }
     }
     return `EXECUTE ${name}${literalList(s.params)}`;
