@@ -309,18 +309,13 @@ export class Tx {
     if (this.dialect === 'postgres' && !statements.every((s) => inlinable(s.params))) {
       if (begin) await this.qr.query('START TRANSACTION');
       const out: StatementResult[] = [];
-      for (const s of statements) {
-        const res = await this.qr.query(toDialectSql(this.dialect, s.sql), [...s.params], true);
-        out.push({ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) });
-      }
+      for (const s of statements) out.push(await queryOne(this.qr, this.dialect, s));
       return out;
     }
     // MySQL: one statement goes as a parameterized query; PostgreSQL sends it as a batch of one, so that a
     // statement that recurs runs prepared (src/db/pg-prepared.ts).
     if (!begin && statements.length === 1 && this.dialect === 'mysql') {
-      const s = statements[0] as Statement;
-      const res = await this.qr.query(toDialectSql(this.dialect, s.sql), [...s.params], true);
-      return [{ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) }];
+      return [await queryOne(this.qr, this.dialect, statements[0] as Statement)];
     }
     return sendBatch(this.qr, this.dialect, statements, { begin });
   }
@@ -452,10 +447,7 @@ async function commitFinals(
   if (dialect === 'postgres' && !finals.every((s) => inlinable(s.params))) {
     if (begin) await qr.query('START TRANSACTION');
     const out: StatementResult[] = [];
-    for (const s of finals) {
-      const res = await qr.query(toDialectSql(dialect, s.sql), [...s.params], true);
-      out.push({ rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) });
-    }
+    for (const s of finals) out.push(await queryOne(qr, dialect, s));
     await commit(qr, dialect);
     return out;
   }
@@ -717,7 +709,12 @@ async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: 
       return (await sendBatch(qr, dialect, [{ sql, params }], { begin: false }))[0] as StatementResult;
     }
   }
-  const res = await qr.query(toDialectSql(dialect, sql), params, true);
+  return queryOne(qr, dialect, { sql, params });
+}
+
+/** One parameterized statement through TypeORM (extended protocol on PostgreSQL): its rows and affected count. */
+async function queryOne(qr: QueryRunner, dialect: Dialect, s: Statement): Promise<StatementResult> {
+  const res = await qr.query(toDialectSql(dialect, s.sql), [...s.params], true);
   return { rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) };
 }
 

@@ -40,7 +40,7 @@ import type { Db } from '../db/tx';
 import { STEP_KINDS } from '../domain/vocab';
 import { LocalProcessExecutor, type Executor } from '../launch/executor';
 import { processLaunchJob } from '../launch/launch-worker';
-import type { OutboxMark } from '../store/launch-dispatch';
+import type { OutboxMark } from '../store/outbox-mark';
 import type { Logger } from '../log';
 import { createMetrics, type Metrics } from '../metrics';
 import { processOutboxJob, type OutboxEvent } from '../outbox/dispatcher';

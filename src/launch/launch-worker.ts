@@ -23,8 +23,8 @@ import {
   failLaunchDispatch,
   recordLaunchDispatch,
   type DispatchClaim,
-  type OutboxMark,
 } from '../store/launch-dispatch';
+import type { OutboxMark } from '../store/outbox-mark';
 import { abandonLaunchDispatch } from '../store/launch-dispatch-end';
 import { launchConfigSha256 } from '../plan/launch-config';
 import { isTaskLedgerError } from '../domain/errors';

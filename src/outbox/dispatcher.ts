@@ -19,8 +19,7 @@ import type { Metrics } from '../metrics';
 import type { QueueSet } from '../coordinator/queues';
 import { isTaskLedgerError } from '../domain/errors';
 import { promoteDeferredLaunch, type PromotionResult } from '../store/deferred-launch';
-import type { OutboxMark } from '../store/launch-dispatch';
-import { markDeliveredStatement } from '../store/outbox-mark';
+import { markDeliveredStatement, type OutboxMark } from '../store/outbox-mark';
 
 export interface OutboxEvent {
   seq: string;

@@ -52,7 +52,7 @@ import {
   type GuardOptions,
   type OperationRow,
 } from './operation-guard';
-import { markDeliveredStatement } from './outbox-mark';
+import { markDeliveredStatement, type OutboxMark } from './outbox-mark';
 import { admitStatement, admittedCountLocked, enqueueLocked } from './wip-admission';
 import { lockStepsLocked, verifyStepRequest } from './step-rows';
 
@@ -391,16 +391,6 @@ export function dispatchEvidenceJson(
     start_marker_sha256: proof.startMarkerSha256,
   });
   return { json, sha256: domainHash(DISPATCH_EVIDENCE_DOMAIN, json) };
-}
-
-/**
- * An outbox event delivered by this launch (the `task.created` whose delivery ran it in place): its mark travels
- * with the launch record. `marked` says, once the record committed, whether this transaction marked it (false:
- * another dispatcher had, or the record did not commit and the caller marks it as usual).
- */
-export interface OutboxMark {
-  eventId: string;
-  marked: boolean;
 }
 
 export async function recordLaunchDispatch(

@@ -17,3 +17,13 @@ export function markDeliveredStatement(dialect: Dialect, eventId: string): State
     params: [eventId],
   };
 }
+
+/**
+ * An outbox event delivered by this launch (the `task.created` whose delivery ran it in place): its mark travels
+ * with the launch record. `marked` says, once the record committed, whether this transaction marked it (false:
+ * another dispatcher had, or the record did not commit and the caller marks it as usual).
+ */
+export interface OutboxMark {
+  eventId: string;
+  marked: boolean;
+}

@@ -18,7 +18,8 @@ import { processOutboxJob, type OutboxEvent } from '../../src/outbox/dispatcher'
 import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
-import { claimLaunchDispatch, type OutboxMark } from '../../src/store/launch-dispatch';
+import { claimLaunchDispatch } from '../../src/store/launch-dispatch';
+import type { OutboxMark } from '../../src/store/outbox-mark';
 import { markTaskDone } from '../../src/store/task-done';
 import { verifyLedger } from '../../src/verify/run';
 import type { OperationAuthority } from '../../src/store/types';

@@ -7,7 +7,7 @@ import type { LaunchJob } from '../../queues/names';
 import type { Db } from '../../src/db/tx';
 import { LocalProcessExecutor } from '../../src/launch/executor';
 import { processLaunchJob } from '../../src/launch/launch-worker';
-import type { OutboxMark } from '../../src/store/launch-dispatch';
+import type { OutboxMark } from '../../src/store/outbox-mark';
 import { silentLogger } from '../../src/log';
 
 export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 'test-launcher', mark?: OutboxMark) {
