@@ -172,8 +172,28 @@ describe('the database server killing every fleet connection in a loop', () => {
             WHERE workspace_id = ? AND state NOT IN ('succeeded', 'armed')`,
           [ws.workspaceId],
         );
+        // What the wait below counts besides open operations: undelivered events and launches not yet claimed.
+        const events = await sql<{ operation_id: string; type: string; delivery_attempts: number }>(
+          t.db,
+          `SELECT operation_id, type, delivery_attempts FROM event_outbox
+            WHERE workspace_id = ? AND delivered_at IS NULL`,
+          [ws.workspaceId],
+        );
+        const launches = await sql<{ operation_id: string; state: string | null; generation: number | null }>(
+          t.db,
+          `SELECT e.operation_id, c.state, c.generation FROM event_outbox e
+             LEFT JOIN task_launch_dispatch_claims c ON c.task_id = e.task_id
+            WHERE e.workspace_id = ? AND (c.id IS NULL OR c.state NOT IN ('succeeded', 'cancelled'))`,
+          [ws.workspaceId],
+        );
         return [
           `operations: ${ops.map((o) => `${o.id.slice(0, 8)}=${o.state}`).join(' ')}`,
+          ...events.map(
+            (e) => `  ${e.operation_id.slice(0, 8)} event ${e.type} undelivered (${e.delivery_attempts} tries)`,
+          ),
+          ...launches.map(
+            (l) => `  ${l.operation_id.slice(0, 8)} launch claim ${l.state ?? 'none'} g${l.generation ?? '-'}`,
+          ),
           ...steps.map(
             (s) =>
               `  ${s.operation_id.slice(0, 8)} ${s.kind} ${s.state}` +
