@@ -149,6 +149,11 @@ async function recoverOne(deps: PassDeps, target: DispatchTarget, report: Dispat
     throw err;
   }
   report.left++;
+  // Another pass (the other process's reaper) settled the claim between this pass's find and its snapshot.
+  if (snapshot !== null && snapshot.dispatch?.state !== 'unknown') {
+    log.info({ state: snapshot.dispatch?.state ?? null }, 'unknown dispatch already settled by another pass');
+    return;
+  }
   log.warn(
     {
       reason: observation.proof === null ? observation.reason : `proof ${observation.proof}`,

@@ -357,6 +357,44 @@ describe('launch-dispatch recovery', () => {
     expect(s.starts()).toBe(0);
   });
 
+  it('a claim another reaper settles while this one observes it is reported as settled, not as unknown', async () => {
+    const s = await completedLaunch(LONG_AGENT);
+    await expect(processLaunchJob(s.worker('doomed', dyingAfterStart(s.executor)), s.job)).rejects.toThrow(
+      'worker died',
+    );
+    await until(() => s.starts() >= 1);
+    await backdateClaim(s.res.operationId);
+    // This reaper observes the runtime; meanwhile the other process's reaper reconciles the same claim.
+    let other: Awaited<ReturnType<typeof s.recover>> | undefined;
+    const racing: Executor = {
+      ...dyingAfterStart(s.executor),
+      observe: async (ref) => {
+        const seen = await s.executor.observe(ref);
+        other = await s.recover();
+        return seen;
+      },
+    };
+    const lines: string[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    const report = await recoverLaunchDispatches({
+      db: t.db,
+      queues: s.queues,
+      log,
+      actor: 'reaper:test',
+      executor: racing,
+      workspaceId: s.ws.workspaceId,
+    });
+    expect(other).toMatchObject({ reconciled: 1 });
+    expect(report).toMatchObject({ reconciled: 0, retried: 0, left: 1, expired: 1 });
+    expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'succeeded', generation: 1 });
+    const msgs = lines.map((l) => JSON.parse(l) as { msg: string; state?: string });
+    expect(msgs.filter((l) => l.msg.includes('stays unknown'))).toEqual([]);
+    expect(msgs.filter((l) => l.msg.includes('already settled'))).toEqual([
+      expect.objectContaining({ state: 'succeeded' }),
+    ]);
+    expect(s.starts()).toBe(1);
+  });
+
   it('a claim last held on another host is not retried from absence observed here', async () => {
     const s = await completedLaunch(LONG_AGENT);
     crashAtClaim();
