@@ -110,3 +110,19 @@ export class LockOrderError extends TaskLedgerError {
 export function isTaskLedgerError(err: unknown, code?: ErrorCode): err is TaskLedgerError {
   return err instanceof TaskLedgerError && (code === undefined || err.code === code);
 }
+
+/**
+ * The codes of a database fault rather than a ledger answer: the connection was
+ * lost (nothing written, or the outcome of a COMMIT unknown) or deadlocks kept
+ * restarting the command. Asking again soon is the remedy; background passes
+ * (the reaper) never treat one as an operation that needs an operator.
+ */
+const TRANSIENT_CODES: ReadonlySet<ErrorCode> = new Set([
+  'database_unavailable',
+  'commit_outcome_unknown',
+  'retry_exhausted',
+]);
+
+export function isTransientError(err: unknown): boolean {
+  return isTaskLedgerError(err) && TRANSIENT_CODES.has(err.code);
+}

@@ -12,7 +12,7 @@
 import { LAUNCH_QUEUE, launchJobId } from '../../queues/names';
 import { addWakeup, type QueueSet } from '../coordinator/queues';
 import { readRows, type Db } from '../db/tx';
-import { isTaskLedgerError } from '../domain/errors';
+import { isTaskLedgerError, isTransientError } from '../domain/errors';
 import type { Logger } from '../log';
 import { promoteDeferredLaunch } from '../store/deferred-launch';
 
@@ -88,6 +88,11 @@ export async function retryUnpromotedStarts(
       reason = r.refused;
     } catch (err) {
       if (!isTaskLedgerError(err)) throw err;
+      // A database fault is not a refusal: the next sweep asks again, without a back-off.
+      if (isTransientError(err)) {
+        log.warn({ code: err.code, detail: err.message }, 'deferred start promotion met a database fault; next sweep');
+        continue;
+      }
       reason = `${err.code}: ${err.message}`;
     }
     out.refused++;

@@ -22,6 +22,7 @@
  *    per reaper; src/runtime/staged-expiry.ts).
  * A bounded batch per pass; the next sweep continues.
  */
+import { isTransientError } from '../domain/errors';
 import { RECOVERY_ACTIONS, type RecoveryAction } from '../domain/vocab';
 import { expireTaskCreationLeases, findExpiredLeaseOperations } from '../store/lease-expiry';
 import type { Executor } from '../launch/executor';
@@ -71,7 +72,10 @@ export interface SweepReport {
   recoveryFenced: number;
   /** No action: an invariant violation or a refused action (logged; left for an operator). */
   recoveryConflicts: number;
-  /** Operations whose recovery threw an unexpected error (logged; retried after the back-off). */
+  /**
+   * Operations whose recovery threw an unexpected error (logged; retried after the back-off) or met a database
+   * fault (a lost connection, deadlock retries used up: retried by the next sweep, no back-off).
+   */
   recoveryErrors: number;
   /** Operations this reaper left out because recovery could not move them recently (STUCK_BACKOFF_MS). */
   recoveryBackedOff: number;
@@ -187,7 +191,7 @@ function backoffOf(deps: ReaperDeps): Map<string, number> {
  * stuck: the next sweep looks again.
  */
 function stuck(outcomes: RecoveryOutcome[]): boolean {
-  if (outcomes.some((o) => o.progressed)) return false;
+  if (outcomes.some((o) => o.progressed || o.transient)) return false;
   return outcomes.some(
     (o) =>
       o.skipped === 'creation_state_conflict' ||
@@ -213,9 +217,14 @@ async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise
       outcomes = await recoverUntilSettled(deps, operationId);
     } catch (err) {
       // One operation's unexpected failure (a database error, a broken invariant) must not stop the sweep:
-      // the rest of the batch, dispatch recovery and the wake-ups still run; this one is retried after a back-off.
-      deps.log.error({ err, operation_id: operationId }, 'recovery of one operation failed; the sweep goes on');
+      // the rest of the batch, dispatch recovery and the wake-ups still run. A database fault (a lost connection)
+      // is tried again by the next sweep; anything else after a back-off.
       report.recoveryErrors++;
+      if (isTransientError(err)) {
+        deps.log.warn({ err, operation_id: operationId }, 'recovery of one operation met a database fault; next sweep');
+        continue;
+      }
+      deps.log.error({ err, operation_id: operationId }, 'recovery of one operation failed; the sweep goes on');
       backoff.set(operationId, Date.now() + STUCK_BACKOFF_MS);
       continue;
     }
@@ -224,7 +233,8 @@ async function recoverCandidates(deps: ReaperDeps, report: SweepReport): Promise
     for (const out of outcomes) {
       if (out.action !== null) report.recovered[out.action]++;
       if (out.skipped === 'stale_claim') report.recoveryFenced++;
-      if (out.skipped === 'creation_state_conflict' || out.skipped === 'error' || (out.action && out.detail)) {
+      if (out.transient) report.recoveryErrors++;
+      else if (out.skipped === 'creation_state_conflict' || out.skipped === 'error' || (out.action && out.detail)) {
         report.recoveryConflicts++;
       }
       report.reconciled.succeeded += out.reconciled.succeeded;

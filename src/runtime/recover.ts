@@ -32,7 +32,7 @@
 import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
 import { runPendingCompensations, type CompensationRunReport } from '../compensation/run';
 import { enqueueRunnable } from '../coordinator/enqueue';
-import { isTaskLedgerError } from '../domain/errors';
+import { isTaskLedgerError, isTransientError } from '../domain/errors';
 import type { RecoveryAction } from '../domain/vocab';
 import { abortTaskCreation } from '../store/abort';
 import { completeTaskCreation } from '../store/complete';
@@ -56,6 +56,11 @@ export interface RecoveryOutcome {
   /** Why no action ran: the chooser's reason, `replay_terminal`, or a typed conflict (`stale_claim` when another claim is live). */
   skipped: 'claim_in_flight' | 'replay_terminal' | 'stale_claim' | 'creation_state_conflict' | 'error' | null;
   detail: string | null;
+  /**
+   * The claim, the action or the claim's release failed on a database fault (`isTransientError`): nothing is
+   * wrong with the operation, and the next sweep looks at it again (no back-off).
+   */
+  transient: boolean;
   /** The action changed the ledger, so another action may now be legal. */
   progressed: boolean;
   reconciled: ReconcileCounts;
@@ -71,6 +76,7 @@ function outcome(operationId: string, fields: Partial<RecoveryOutcome> = {}): Re
     action: null,
     skipped: null,
     detail: null,
+    transient: false,
     progressed: false,
     reconciled: { succeeded: 0, retry: 0, stillUnknown: 0 },
     compensation: null,
@@ -177,9 +183,12 @@ export async function recoverOperation(
   } catch (err) {
     if (!isTaskLedgerError(err)) throw err;
     const skipped = err.code === 'stale_claim' || err.code === 'creation_state_conflict' ? err.code : 'error';
+    const transient = isTransientError(err);
     if (skipped === 'stale_claim') log.debug({ detail: err.message }, 'another recovery claim is live');
+    else if (transient)
+      log.warn({ code: err.code, detail: err.message }, 'recovery claim not taken; the next sweep asks again');
     else log.warn({ code: err.code, detail: err.message }, 'no recovery action may run; zero writes');
-    return outcome(operationId, { skipped, detail: `${err.code}: ${err.message}` });
+    return outcome(operationId, { skipped, detail: `${err.code}: ${err.message}`, transient });
   }
   if (!claimed.claimed) {
     const d = claimed.decision;
@@ -205,11 +214,21 @@ export async function recoverOperation(
     out.progressed = await runAction(deps, claim, out);
   } catch (err) {
     if (!isTaskLedgerError(err)) throw err;
-    log.warn({ action: claim.action, code: err.code, detail: err.message }, 'recovery action refused by the Store');
+    out.transient = isTransientError(err);
+    log.warn(
+      { action: claim.action, code: err.code, detail: err.message },
+      out.transient ? 'recovery action interrupted by a database fault' : 'recovery action refused by the Store',
+    );
     out.detail = `${err.code}: ${err.message}`;
   } finally {
     clearInterval(heartbeat);
     await finishTaskCreationRecovery(deps.effects.db, claim).catch((err: unknown) => {
+      // A release lost to a database fault leaves the claim to run out its lease; the next claim takes over then.
+      if (isTransientError(err)) {
+        out.transient = true;
+        log.warn({ err }, 'recovery claim release not confirmed; its lease runs out');
+        return;
+      }
       if (!isTaskLedgerError(err, 'stale_claim')) throw err;
       log.warn({ generation: claim.generation }, 'recovery claim was taken over before it was released');
     });
