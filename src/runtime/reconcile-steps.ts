@@ -24,7 +24,7 @@
  */
 import { reconcileUnknownCompensation } from '../compensation/reconcile';
 import { readRows } from '../db/tx';
-import { isTaskLedgerError } from '../domain/errors';
+import { isTaskLedgerError, isTransientError } from '../domain/errors';
 import type { StepHandler } from '../kinds/contract';
 import type { RecoveryClaim } from '../store/recovery';
 import { resolveTaskCreationStep } from '../store/step-results';
@@ -99,6 +99,8 @@ export async function reconcileUnknownSteps(
       if (handler.removeUnrecorded) await handler.removeUnrecorded(deps.effects, step, auth(claim));
       observation = await handler.observe(deps.effects, step);
     } catch (err) {
+      // A database fault says nothing about the effect: the action ends as interrupted and the next sweep looks.
+      if (isTransientError(err)) throw err;
       await note(deps, claim, step, 'unobservable', `observe failed: ${(err as Error).message ?? String(err)}`);
       counts.stillUnknown++;
       continue;
@@ -136,7 +138,7 @@ export async function reconcileUnknownSteps(
       deps.metrics?.reconciliations.inc({ kind: step.kind, verdict: observation.effect });
       log.info({ resolved: to }, 'unknown step reconciled from observation');
     } catch (err) {
-      if (!isTaskLedgerError(err)) throw err;
+      if (!isTaskLedgerError(err) || isTransientError(err)) throw err;
       log.warn({ code: err.code, detail: err.message }, 'unknown step not resolved');
       counts.stillUnknown++;
     }

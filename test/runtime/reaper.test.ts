@@ -237,59 +237,95 @@ describe('operations recovery cannot move', () => {
   });
 });
 
+/**
+ * While the returned flag is on, every update of `table`'s row `id` that `when` (SQL over NEW) admits fails as a
+ * deadlock would, so the command restarts until its retries are used up (`retry_exhausted`: a database fault, not
+ * a ledger answer). `off()` ends the fault; `drop()` removes the trigger.
+ */
+async function deadlockUpdates(table: string, id: string, when = 'TRUE') {
+  const flag = `tl_fault_${id.replace(/-/g, '').slice(0, 12)}`;
+  await sql(t.db, `CREATE TABLE ${flag} (on_ integer)`);
+  await sql(t.db, `INSERT INTO ${flag} VALUES (1)`);
+  const test = `NEW.id = '${id}' AND (${when}) AND EXISTS (SELECT 1 FROM ${flag})`;
+  if (t.db.dialect === 'postgres') {
+    await sql(
+      t.db,
+      `CREATE FUNCTION ${flag}_fn() RETURNS trigger AS $$ BEGIN
+         IF ${test} THEN RAISE EXCEPTION 'injected' USING ERRCODE = '40P01'; END IF;
+         RETURN NEW; END $$ LANGUAGE plpgsql`,
+    );
+    await sql(t.db, `CREATE TRIGGER ${flag}_tr BEFORE UPDATE ON ${table} FOR EACH ROW EXECUTE FUNCTION ${flag}_fn()`);
+  } else {
+    await sql(
+      t.db,
+      `CREATE TRIGGER ${flag}_tr BEFORE UPDATE ON ${table} FOR EACH ROW BEGIN
+         IF ${test} THEN SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected'; END IF;
+       END`,
+    );
+  }
+  return {
+    off: () => sql(t.db, `DELETE FROM ${flag}`),
+    drop: async () => {
+      await sql(t.db, `DROP TRIGGER ${flag}_tr${t.db.dialect === 'postgres' ? ` ON ${table}` : ''}`);
+      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${flag}_fn()`);
+      await sql(t.db, `DROP TABLE ${flag}`);
+    },
+  };
+}
+
+const operationState = async (operationId: string) =>
+  (await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [operationId]))[0]!
+    .state;
+
 describe('a database fault during recovery', () => {
   it('is not a reason to back off: the same reaper’s next sweep recovers the operation', async () => {
     const ws = await seedWorkspace(t.db);
     const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
     const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
     await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
-    // While the flag table holds a row, every update of this operation fails as a deadlock would: recovery's claim
-    // restarts until its retries are used up (`retry_exhausted`, a database fault, not a ledger answer).
-    const flag = `tl_fault_${res.operationId.replace(/-/g, '').slice(0, 12)}`;
-    await sql(t.db, `CREATE TABLE ${flag} (on_ integer)`);
-    await sql(t.db, `INSERT INTO ${flag} VALUES (1)`);
-    if (t.db.dialect === 'postgres') {
-      await sql(
-        t.db,
-        `CREATE FUNCTION ${flag}_fn() RETURNS trigger AS $$ BEGIN
-           IF NEW.id = '${res.operationId}' AND EXISTS (SELECT 1 FROM ${flag}) THEN
-             RAISE EXCEPTION 'injected' USING ERRCODE = '40P01';
-           END IF;
-           RETURN NEW; END $$ LANGUAGE plpgsql`,
-      );
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${flag}_tr BEFORE UPDATE ON task_creation_operations FOR EACH ROW EXECUTE FUNCTION ${flag}_fn()`,
-      );
-    } else {
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${flag}_tr BEFORE UPDATE ON task_creation_operations FOR EACH ROW BEGIN
-           IF NEW.id = '${res.operationId}' AND EXISTS (SELECT 1 FROM ${flag}) THEN
-             SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected';
-           END IF;
-         END`,
-      );
-    }
-    const state = async () =>
-      (
-        await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [res.operationId])
-      )[0]!.state;
+    // Recovery's claim (an update of the operation) keeps failing.
+    const fault = await deadlockUpdates('task_creation_operations', res.operationId);
     try {
       const reaper = deps(ws.dataDir, ws.workspaceId, 0);
       const faulted = await sweepOnce(reaper);
       expect(faulted).toMatchObject({ recoveryCandidates: 1, recoveryErrors: 1, recoveryConflicts: 0 });
-      expect(await state()).toBe('preparing');
+      expect(await operationState(res.operationId)).toBe('preparing');
       // The fault is over: the same reaper looks again at once and completes the creation.
-      await sql(t.db, `DELETE FROM ${flag}`);
+      await fault.off();
       const next = await sweepOnce(reaper);
       expect(next).toMatchObject({ recoveryCandidates: 1, recoveryBackedOff: 0 });
       expect(next.recovered.complete_preparing).toBe(1);
-      expect(await state()).toBe('completed');
+      expect(await operationState(res.operationId)).toBe('completed');
     } finally {
-      await sql(t.db, `DROP TRIGGER ${flag}_tr${t.db.dialect === 'postgres' ? ' ON task_creation_operations' : ''}`);
-      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${flag}_fn()`);
-      await sql(t.db, `DROP TABLE ${flag}`);
+      await fault.drop();
+    }
+  });
+
+  it('while an unknown step is resolved leaves it for the next sweep, not for an operator', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
+    const dead = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'killed-worker');
+    await backdate(dead.stepId);
+    // The lease expiry (running -> unknown) goes through; the resolution from observation keeps failing.
+    const fault = await deadlockUpdates('task_creation_steps', dead.stepId, "NEW.state <> 'unknown'");
+    const stepState = async () =>
+      (await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_steps WHERE id = ?', [dead.stepId]))[0]!
+        .state;
+    try {
+      const reaper = deps(ws.dataDir, ws.workspaceId, 0);
+      const faulted = await sweepOnce(reaper);
+      expect(faulted).toMatchObject({ expiredSteps: 1, recoveryCandidates: 1, recoveryErrors: 1 });
+      expect(faulted.reconciled.stillUnknown).toBe(0);
+      expect(await stepState()).toBe('unknown');
+      await fault.off();
+      const next = await sweepOnce(reaper);
+      expect(next).toMatchObject({ recoveryCandidates: 1, recoveryBackedOff: 0 });
+      expect(next.reconciled.retry).toBe(1);
+      expect(await stepState()).toBe('retry_wait');
+    } finally {
+      await fault.drop();
     }
   });
 });
