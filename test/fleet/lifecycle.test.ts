@@ -68,11 +68,15 @@ describe("a task's life over REST", () => {
     );
     expect(creates.map((c) => c.status)).toEqual(Array(16).fill(200));
     const ids = creates.map((c) => c.body.task.id as string);
+    // The admitted task takes its slot with its launch claim, and its claim ends `succeeded` once the agent's start
+    // is recorded: the sixteen decisions are made when that record is in too.
+    const running = () =>
+      count(t.db, 'task_launch_dispatch_claims', "workspace_id = ? AND state = 'running'", [w.ws.workspaceId]);
     await waitFor('sixteen launch decisions', async () =>
       (await count(t.db, 'tasks', 'workflow_step_id = ? AND (wip_admitted = ? OR queued_for_step_id IS NOT NULL)', [
         limited,
         true,
-      ])) === 16
+      ])) === 16 && (await running()) === 0
         ? true
         : null,
     );
