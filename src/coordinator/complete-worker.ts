@@ -18,7 +18,8 @@ import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../store/complete';
 import type { QueueSet } from './queues';
-import { wakeOutbox } from './wake-outbox';
+import { wakeOutbox, type OutboxWaker } from './wake-outbox';
+import type { OperationEventRow } from '../store/outbox-mark';
 
 export interface CompleteWorkerDeps {
   db: Db;
@@ -30,7 +31,7 @@ export interface CompleteWorkerDeps {
    * Deliver the workspace's outbox in this process after phase B (the fleet sets it when the process also runs the
    * outbox role). It throws only for what a queued dispatcher would retry.
    */
-  dispatchInPlace?: (workspaceId: string, operationId?: string) => Promise<unknown>;
+  dispatchInPlace?: OutboxWaker['dispatchInPlace'];
 }
 
 export async function processCompleteJob(
@@ -42,12 +43,15 @@ export async function processCompleteJob(
   const log = deps.log.child({ operation_id: job.operationId });
   const auth = { kind: 'operation', operationId: job.operationId, actor: deps.workerId } as const;
   let workspaceId: string;
+  let events: OperationEventRow[] | undefined;
   try {
     // Another worker's Complete between its phases is left to finish (or to the reaper's complete_completing).
     const result = options.phaseADone
       ? await phaseBAfterBatch(auth)
       : await completeTaskCreation(deps.db, auth, { resumeCompleting: false });
     workspaceId = result.workspaceId;
+    // Settled with phase B's COMMIT (before it returned): the rows the delivery pass below would read.
+    events = await result.events?.catch(() => undefined);
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
     // Phase B (task.created in the outbox) has committed; nothing has woken the dispatcher yet. A crash here is
     // healed by the reaper's sweep, which wakes a dispatcher for every workspace with undelivered events.
@@ -69,7 +73,12 @@ export async function processCompleteJob(
     throw err;
   }
   // This creation's events only: another creation's are its own Complete's (or a queued pass's) to deliver.
-  await wakeOutbox({ queues: deps.queues, log, dispatchInPlace: deps.dispatchInPlace }, workspaceId, job.operationId);
+  await wakeOutbox(
+    { queues: deps.queues, log, dispatchInPlace: deps.dispatchInPlace },
+    workspaceId,
+    job.operationId,
+    events,
+  );
   return 'completed';
 
   async function phaseBAfterBatch(auth: { kind: 'operation'; operationId: string; actor: string }) {

@@ -9,6 +9,7 @@
 import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
 import type { Logger } from '../log';
 import type { QueueSet } from './queues';
+import type { OperationEventRow } from '../store/outbox-mark';
 
 export interface OutboxWaker {
   queues: QueueSet;
@@ -18,13 +19,19 @@ export interface OutboxWaker {
    * creation's events (the pass right after its own Complete: two processes completing creations of one workspace
    * no longer both walk its whole backlog).
    */
-  dispatchInPlace?: (workspaceId: string, operationId?: string) => Promise<unknown>;
+  dispatchInPlace?: (workspaceId: string, operationId?: string, prefetched?: OperationEventRow[]) => Promise<unknown>;
 }
 
-export async function wakeOutbox(w: OutboxWaker, workspaceId: string, operationId?: string): Promise<void> {
+export async function wakeOutbox(
+  w: OutboxWaker,
+  workspaceId: string,
+  operationId?: string,
+  /** That operation's events as its phase B read them (`CompleteResult.events`): the pass need not read them. */
+  prefetched?: OperationEventRow[],
+): Promise<void> {
   if (w.dispatchInPlace) {
     try {
-      await w.dispatchInPlace(workspaceId, operationId);
+      await w.dispatchInPlace(workspaceId, operationId, prefetched);
       return;
     } catch (err) {
       w.log.warn({ err, workspace_id: workspaceId }, 'in-place outbox delivery failed; waking a dispatcher');

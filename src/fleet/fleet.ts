@@ -40,7 +40,7 @@ import type { Db } from '../db/tx';
 import { STEP_KINDS } from '../domain/vocab';
 import { LocalProcessExecutor, type Executor } from '../launch/executor';
 import { processLaunchJob } from '../launch/launch-worker';
-import type { OutboxMark } from '../store/outbox-mark';
+import type { OperationEventRow, OutboxMark } from '../store/outbox-mark';
 import type { Logger } from '../log';
 import { createMetrics, type Metrics } from '../metrics';
 import { processOutboxJob, type OutboxEvent } from '../outbox/dispatcher';
@@ -146,10 +146,10 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     : undefined;
   const workspacePass = singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }));
   // Right after a Complete: that creation's events only (no other process walks them at the same time).
-  const deliveryPass = (workspaceId: string, operationId?: string) =>
+  const deliveryPass = (workspaceId: string, operationId?: string, prefetched?: OperationEventRow[]) =>
     operationId === undefined
       ? workspacePass(workspaceId)
-      : processOutboxJob(outboxDeps, { workspaceId, operationId }, { launchInPlace });
+      : processOutboxJob(outboxDeps, { workspaceId, operationId }, { launchInPlace }, prefetched);
   const completeDeps = {
     db,
     queues,

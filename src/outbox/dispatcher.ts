@@ -19,7 +19,15 @@ import type { Metrics } from '../metrics';
 import type { QueueSet } from '../coordinator/queues';
 import { isTaskLedgerError } from '../domain/errors';
 import { promoteDeferredLaunch, type PromotionResult } from '../store/deferred-launch';
-import { markDeliveredStatement, type OutboxMark } from '../store/outbox-mark';
+import {
+  INTENT_COLUMNS,
+  INTENT_JOIN,
+  markDeliveredStatement,
+  operationEventsStatement,
+  OUTBOX_READ_BATCH,
+  type OperationEventRow,
+  type OutboxMark,
+} from '../store/outbox-mark';
 
 export interface OutboxEvent {
   seq: string;
@@ -55,22 +63,9 @@ const PROMOTION_ACTOR = 'outbox-dispatcher';
 /** Dispatch claim states a launch wake-up can still claim (store/launch-dispatch.ts refuses every other). */
 const CLAIMABLE: ReadonlySet<string> = new Set(['planned', 'retry_wait']);
 
-interface IntentRow {
-  delivered_at: Date | null;
-  step_key: string | null;
-  dispatch_state: string | null;
-}
+type IntentRow = Pick<OperationEventRow, 'delivered_at' | 'step_key' | 'dispatch_state'>;
 
-/** An event's armed launch intents (one row with nulls when it has none) and each one's dispatch claim state. */
-const INTENT_COLUMNS = `s.step_key,
-  (SELECT c.state FROM task_launch_dispatch_claims c
-    WHERE c.creation_operation_id = e.operation_id AND c.task_id = e.task_id AND CAST(c.session_id AS CHAR(36)) = s.step_key)
-    AS dispatch_state`;
-const INTENT_JOIN = `FROM event_outbox e
-  LEFT JOIN task_creation_steps s ON s.operation_id = e.operation_id AND s.kind = 'launch_intent' AND s.state = 'armed'`;
-
-/** Why 100: one query's worth of events; a busy workspace drains in a few round trips. */
-const BATCH = 100;
+const BATCH = OUTBOX_READ_BATCH;
 
 export interface DeliveryOptions {
   /**
@@ -175,6 +170,11 @@ export async function processOutboxJob(
   deps: OutboxDeps,
   job: OutboxJob,
   options: DeliveryOptions = {},
+  /**
+   * A pass over one operation's events right after its phase B: the rows phase B read at the end of its COMMIT's
+   * round trip (`operationEventsStatement`), so this pass need not read them again.
+   */
+  prefetched?: OperationEventRow[],
 ): Promise<number> {
   let delivered = 0;
   // Past the events this pass already handled (a held one stays undelivered: the next read must not return it).
@@ -182,15 +182,8 @@ export async function processOutboxJob(
   // A pass over one operation's events (right after its Complete) reads each event's armed intents with it: one
   // round trip instead of two. Only the first event's are used — they are as fresh as a read right before it.
   if (job.operationId !== undefined) {
-    const rows = await readRows<EventRow & IntentRow>(
-      deps.db,
-      `SELECT e.seq, e.event_id, e.type, e.task_id, e.operation_id, e.revision, e.payload_json, e.delivered_at,
-              ${INTENT_COLUMNS}
-         ${INTENT_JOIN}
-        WHERE e.workspace_id = ? AND e.operation_id = ? AND e.delivered_at IS NULL
-        ORDER BY e.seq, s.step_key LIMIT ${BATCH}`,
-      [job.workspaceId, job.operationId],
-    );
+    const read = operationEventsStatement(job.workspaceId, job.operationId);
+    const rows = prefetched ?? (await readRows<OperationEventRow>(deps.db, read.sql, [...read.params]));
     const first = rows[0];
     if (first === undefined) return 0;
     const intents = rows.filter((r) => r.event_id === first.event_id);
@@ -225,7 +218,7 @@ export async function processOutboxJob(
   }
 }
 
-type EventRow = Omit<OutboxEvent, 'payload'> & { payload_json: string };
+type EventRow = Omit<OutboxEvent, 'payload' | 'seq'> & { seq: string | number; payload_json: string };
 
 function toEvent(row: EventRow): OutboxEvent {
   return {

@@ -34,6 +34,7 @@ import { planBlockerIds } from '../plan/blockers';
 import { lockStepsLocked } from './step-rows';
 import { insertResolvedEventLocked } from './task-done';
 import type { CompleteResult, OperationAuthority } from './types';
+import { operationEventsStatement, type OperationEventRow } from './outbox-mark';
 
 export interface VerifiedCreation {
   op: OperationRow;
@@ -172,8 +173,12 @@ export async function completeTaskCreationLocked(
   ];
   const result: CompleteResult = { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
   if (last && resolvedEventId === null) {
-    void tx.commitWith(writes);
-    return result;
+    // The delivery pass's read closes the list: the event just written, with its armed intents (ADR 0007).
+    const committed = tx.commitWith([...writes, operationEventsStatement(v.op.workspace_id, v.op.id)]);
+    const events = committed.then((r) => (r[r.length - 1]?.rows ?? []) as unknown as OperationEventRow[]);
+    // Handled here: an attempt whose COMMIT failed is retried or thrown by the runner; no one awaits its events.
+    events.catch(() => undefined);
+    return { ...result, events };
   }
   // Issued together: one round trip, run by the server strictly in this order (Tx.batch); the first that fails
   // stops the rest and its error propagates, as if each had been awaited in turn.

@@ -27,3 +27,46 @@ export interface OutboxMark {
   eventId: string;
   marked: boolean;
 }
+
+/** One row of `operationEventsStatement`: an undelivered event with one of its armed launch intents. */
+export interface OperationEventRow {
+  seq: string | number;
+  event_id: string;
+  type: string;
+  task_id: string;
+  operation_id: string;
+  revision: number;
+  payload_json: string;
+  delivered_at: Date | null;
+  /** The armed launch intent's session (null when the event has none). */
+  step_key: string | null;
+  /** That launch's dispatch claim state, if a claim exists. */
+  dispatch_state: string | null;
+}
+
+/** Why 100: one query's worth of events; a busy workspace drains in a few round trips. */
+export const OUTBOX_READ_BATCH = 100;
+
+/** An event's armed launch intents (one row with nulls when it has none) and each one's dispatch claim state. */
+export const INTENT_COLUMNS = `s.step_key,
+  (SELECT c.state FROM task_launch_dispatch_claims c
+    WHERE c.creation_operation_id = e.operation_id AND c.task_id = e.task_id AND CAST(c.session_id AS CHAR(36)) = s.step_key)
+    AS dispatch_state`;
+export const INTENT_JOIN = `FROM event_outbox e
+  LEFT JOIN task_creation_steps s ON s.operation_id = e.operation_id AND s.kind = 'launch_intent' AND s.state = 'armed'`;
+
+/**
+ * One operation's undelivered events with their armed intents (`OperationEventRow`): what the delivery pass right
+ * after its Complete reads — or what phase B reads at the end of its own COMMIT's round trip and hands to that
+ * pass (a plain read: it takes no lock).
+ */
+export function operationEventsStatement(workspaceId: string, operationId: string): Statement {
+  return {
+    sql: `SELECT e.seq, e.event_id, e.type, e.task_id, e.operation_id, e.revision, e.payload_json, e.delivered_at,
+              ${INTENT_COLUMNS}
+         ${INTENT_JOIN}
+        WHERE e.workspace_id = ? AND e.operation_id = ? AND e.delivered_at IS NULL
+        ORDER BY e.seq, s.step_key LIMIT ${OUTBOX_READ_BATCH}`,
+    params: [workspaceId, operationId],
+  };
+}

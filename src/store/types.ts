@@ -4,6 +4,7 @@
  */
 import type { ActorBindingDocument, StepEvidence, StepFailure, StepRequest } from '../canonical/types';
 import type { BeginOutcome, StepKind, StepState, TaskCreationState } from '../domain/vocab';
+import type { OperationEventRow } from './outbox-mark';
 
 /**
  * A caller with a proven identity. For `api_principal` the authority is an
@@ -129,6 +130,11 @@ export interface CompleteResult {
   eventId: string;
   revision: 1;
   replayed: boolean;
+  /**
+   * When this call's phase B committed the event: the operation's undelivered events with their armed intents,
+   * read in phase B's COMMIT round trip, for the delivery pass that follows (it need not read them again).
+   */
+  events?: Promise<OperationEventRow[]>;
 }
 
 export interface StepRow {

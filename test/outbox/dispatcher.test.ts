@@ -188,6 +188,46 @@ describe("an operation's own pass", () => {
   });
 });
 
+describe("phase B's hand-over to its delivery pass", () => {
+  it("reads the event and its armed intent in COMMIT's round trip; the pass then only marks it", async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    const done = await completeTaskCreation(t.db, auth);
+    const events = await done.events;
+    const [intent] = await sql<{ step_key: string }>(
+      t.db,
+      "SELECT step_key FROM task_creation_steps WHERE operation_id = ? AND kind = 'launch_intent'",
+      [res.operationId],
+    );
+    expect(events).toEqual([
+      expect.objectContaining({
+        event_id: done.eventId,
+        type: 'task.created',
+        operation_id: res.operationId,
+        delivered_at: null,
+        step_key: intent!.step_key,
+        dispatch_state: null,
+      }),
+    ]);
+    // A replayed Complete committed nothing: it hands nothing over.
+    expect((await completeTaskCreation(t.db, auth)).events).toBeUndefined();
+    const launched: string[] = [];
+    const launchInPlace = (job: LaunchJob) => Promise.resolve(launched.push(job.operationId));
+    const deps = { db: t.db, queues, log: silentLogger(), metrics: null };
+    const trips = countRoundTrips(t.db);
+    const job = { workspaceId: ws.workspaceId, operationId: res.operationId };
+    expect(await processOutboxJob(deps, job, { launchInPlace }, events)).toBe(1);
+    const calls = trips.calls;
+    vi.restoreAllMocks();
+    // No read: the launch decision comes from phase B's rows; the mark is the pass's one round trip.
+    expect(calls).toBe(1);
+    expect(launched).toEqual([res.operationId]);
+    expect(await undelivered(ws)).toBe(0);
+  });
+});
+
 describe('a launch run in place by a delivery', () => {
   it('marks the event with its launch record, in the same round trip', async () => {
     const ws = await seedWorkspace(t.db);
