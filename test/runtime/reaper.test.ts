@@ -57,14 +57,20 @@ const backdate = (stepId: string) =>
     [stepId],
   );
 
+/** A creation whose worker died holding its session_prepare claim, the lease already expired. */
+async function diedHoldingSessionPrepare() {
+  const ws = await seedWorkspace(t.db);
+  const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
+  const dead = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'killed-worker');
+  await backdate(dead.stepId);
+  return { ws, res, auth, dead };
+}
+
 describe('lease expiry and reconciliation', () => {
   it('an expired claim whose worker died before the effect becomes unknown, then retry_wait from absent proof', async () => {
-    const ws = await seedWorkspace(t.db);
-    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
-    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
-    const dead = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'killed-worker');
-    await backdate(dead.stepId);
+    const { ws, res, auth, dead } = await diedHoldingSessionPrepare();
     const report = await sweepOnce(deps(ws.dataDir, ws.workspaceId));
     expect(report.expiredSteps).toBeGreaterThanOrEqual(1);
     const [row] = await sql<{ state: string; generation: number }>(
@@ -302,12 +308,7 @@ describe('a database fault during recovery', () => {
   });
 
   it('while an unknown step is resolved leaves it for the next sweep, not for an operator', async () => {
-    const ws = await seedWorkspace(t.db);
-    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
-    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-    const key = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'session_prepare')!.step_key;
-    const dead = await claimTaskCreationStep(t.db, auth, { kind: 'session_prepare', stepKey: key }, 'killed-worker');
-    await backdate(dead.stepId);
+    const { ws, dead } = await diedHoldingSessionPrepare();
     // The lease expiry (running -> unknown) goes through; the resolution from observation keeps failing.
     const fault = await deadlockUpdates('task_creation_steps', dead.stepId, "NEW.state <> 'unknown'");
     const stepState = async () =>
