@@ -20,6 +20,7 @@ import { count, sql, useTestDb } from '../support/db';
 import { permanentFailure, presentEvidence } from '../support/evidence';
 import { begin, driveAllSteps, expectTyped, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
+import { deadlockOn } from '../support/db-faults';
 import { startWorld, waitFor } from '../fleet/support';
 
 const t = useTestDb();
@@ -243,42 +244,6 @@ describe('operations recovery cannot move', () => {
   });
 });
 
-/**
- * While the returned flag is on, every update of `table`'s row `id` that `when` (SQL over NEW) admits fails as a
- * deadlock would, so the command restarts until its retries are used up (`retry_exhausted`: a database fault, not
- * a ledger answer). `off()` ends the fault; `drop()` removes the trigger.
- */
-async function deadlockUpdates(table: string, id: string, when = 'TRUE') {
-  const flag = `tl_fault_${id.replace(/-/g, '').slice(0, 12)}`;
-  await sql(t.db, `CREATE TABLE ${flag} (on_ integer)`);
-  await sql(t.db, `INSERT INTO ${flag} VALUES (1)`);
-  const test = `NEW.id = '${id}' AND (${when}) AND EXISTS (SELECT 1 FROM ${flag})`;
-  if (t.db.dialect === 'postgres') {
-    await sql(
-      t.db,
-      `CREATE FUNCTION ${flag}_fn() RETURNS trigger AS $$ BEGIN
-         IF ${test} THEN RAISE EXCEPTION 'injected' USING ERRCODE = '40P01'; END IF;
-         RETURN NEW; END $$ LANGUAGE plpgsql`,
-    );
-    await sql(t.db, `CREATE TRIGGER ${flag}_tr BEFORE UPDATE ON ${table} FOR EACH ROW EXECUTE FUNCTION ${flag}_fn()`);
-  } else {
-    await sql(
-      t.db,
-      `CREATE TRIGGER ${flag}_tr BEFORE UPDATE ON ${table} FOR EACH ROW BEGIN
-         IF ${test} THEN SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected'; END IF;
-       END`,
-    );
-  }
-  return {
-    off: () => sql(t.db, `DELETE FROM ${flag}`),
-    drop: async () => {
-      await sql(t.db, `DROP TRIGGER ${flag}_tr${t.db.dialect === 'postgres' ? ` ON ${table}` : ''}`);
-      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${flag}_fn()`);
-      await sql(t.db, `DROP TABLE ${flag}`);
-    },
-  };
-}
-
 const operationState = async (operationId: string) =>
   (await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [operationId]))[0]!
     .state;
@@ -290,7 +255,7 @@ describe('a database fault during recovery', () => {
     const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
     await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
     // Recovery's claim (an update of the operation) keeps failing.
-    const fault = await deadlockUpdates('task_creation_operations', res.operationId);
+    const fault = await deadlockOn(t.db, 'task_creation_operations', 'UPDATE', `NEW.id = '${res.operationId}'`);
     try {
       const reaper = deps(ws.dataDir, ws.workspaceId, 0);
       const faulted = await sweepOnce(reaper);
@@ -307,10 +272,41 @@ describe('a database fault during recovery', () => {
     }
   });
 
+  it('while recovery releases its claim is not a reason to back off either', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    // Only the release (recovery_owner set -> NULL) fails: the claim and the Complete go through.
+    const fault = await deadlockOn(
+      t.db,
+      'task_creation_operations',
+      'UPDATE',
+      `NEW.id = '${res.operationId}' AND OLD.recovery_owner IS NOT NULL AND NEW.recovery_owner IS NULL`,
+    );
+    try {
+      const reaper = deps(ws.dataDir, ws.workspaceId, 0);
+      const faulted = await sweepOnce(reaper);
+      expect(faulted.recovered.complete_preparing).toBe(1);
+      expect(faulted).toMatchObject({ recoveryCandidates: 1, recoveryConflicts: 0 });
+      expect(await operationState(res.operationId)).toBe('completed');
+      // The claim was not released: it runs out its lease. The operation is not set aside for an operator.
+      await fault.off();
+      expect((await sweepOnce(reaper)).recoveryBackedOff).toBe(0);
+    } finally {
+      await fault.drop();
+    }
+  });
+
   it('while an unknown step is resolved leaves it for the next sweep, not for an operator', async () => {
     const { ws, dead } = await diedHoldingSessionPrepare();
     // The lease expiry (running -> unknown) goes through; the resolution from observation keeps failing.
-    const fault = await deadlockUpdates('task_creation_steps', dead.stepId, "NEW.state <> 'unknown'");
+    const fault = await deadlockOn(
+      t.db,
+      'task_creation_steps',
+      'UPDATE',
+      `NEW.id = '${dead.stepId}' AND NEW.state <> 'unknown'`,
+    );
     const stepState = async () =>
       (await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_steps WHERE id = ?', [dead.stepId]))[0]!
         .state;

@@ -14,6 +14,7 @@ import { launchJobId, LAUNCH_QUEUE, stepJobId, stepQueueName } from '../../queue
 import { QueueSet } from '../../src/coordinator/queues';
 import { createRedis } from '../../src/runtime/redis';
 import { retryUnpromotedStarts } from '../../src/runtime/deferred-retry';
+import { deadlockOn } from '../support/db-faults';
 import { sweepWakeups } from '../../src/runtime/sweep';
 import { silentLogger } from '../../src/log';
 import { claimLaunchDispatch } from '../../src/store/launch-dispatch';
@@ -211,6 +212,42 @@ describe('a delivered deferred start that was never promoted', () => {
     ]);
     expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 1 });
     expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 0 });
+  });
+
+  it('is promoted by the next sweep after a database fault, not backed off as a refusal', async () => {
+    const ws = await seedWorkspace(t.db);
+    const blocker = await begin(t.db, ws, { title: 'blocker' });
+    const blockerAuth: OperationAuthority = { kind: 'handle', handle: blocker.handle! };
+    await driveAllSteps(t.db, blockerAuth, blocker.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, blockerAuth);
+    const res = await begin(t.db, ws, {
+      blocked_by: [blocker.task.id],
+      start_agent: true,
+      agent_profile_id: ws.agentProfileId,
+    });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    await completeTaskCreation(t.db, auth);
+    await markTaskDone(t.db, blocker.task.id);
+    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [res.task.id]);
+    const deps = {
+      db: t.db,
+      queues,
+      log: silentLogger(),
+      actor: 'reaper',
+      workspaceId: ws.workspaceId,
+      backoff: new Map(),
+    };
+    // The promotion's insert of the launch intent keeps failing as a deadlock would (`retry_exhausted`).
+    const fault = await deadlockOn(t.db, 'task_creation_steps', 'INSERT', `NEW.operation_id = '${res.operationId}'`);
+    try {
+      expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 0 });
+      expect(deps.backoff.size).toBe(0);
+      await fault.off();
+      expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 1, refused: 0 });
+    } finally {
+      await fault.drop();
+    }
   });
 });
 
