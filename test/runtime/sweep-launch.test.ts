@@ -25,7 +25,7 @@ import { markTaskDone } from '../../src/store/task-done';
 import type { OperationAuthority } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
-import { seedWorkspace } from '../support/seed';
+import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 
 const t = useTestDb();
 const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
@@ -157,24 +157,33 @@ describe('a WIP admission whose launch wake-up was lost', () => {
   });
 });
 
+/**
+ * A blocked creation whose blocker was marked done: its task.dependencies_resolved is delivered and its promotion
+ * never committed (as if the dispatcher died between them). Returns the blocked creation.
+ */
+async function deliveredUnpromoted(ws: SeededWorkspace, title: string) {
+  const blocker = await begin(t.db, ws, { title });
+  const blockerAuth: OperationAuthority = { kind: 'handle', handle: blocker.handle! };
+  await driveAllSteps(t.db, blockerAuth, blocker.operationId, ws.dataDir);
+  await completeTaskCreation(t.db, blockerAuth);
+  const res = await begin(t.db, ws, {
+    blocked_by: [blocker.task.id],
+    start_agent: true,
+    agent_profile_id: ws.agentProfileId,
+  });
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+  await completeTaskCreation(t.db, auth);
+  await markTaskDone(t.db, blocker.task.id);
+  await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [res.task.id]);
+  return res;
+}
+
 describe('a delivered deferred start that was never promoted', () => {
   it('is promoted by the sweep and its launch woken; a start the ledger refuses waits, backed off', async () => {
     const ws = await seedWorkspace(t.db);
-    const blocker = await begin(t.db, ws, { title: 'blocker' });
-    const blockerAuth: OperationAuthority = { kind: 'handle', handle: blocker.handle! };
-    await driveAllSteps(t.db, blockerAuth, blocker.operationId, ws.dataDir);
-    await completeTaskCreation(t.db, blockerAuth);
-    const res = await begin(t.db, ws, {
-      blocked_by: [blocker.task.id],
-      start_agent: true,
-      agent_profile_id: ws.agentProfileId,
-    });
-    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
-    await completeTaskCreation(t.db, auth);
-    await markTaskDone(t.db, blocker.task.id);
     // The dispatcher marked the resolution delivered, and its promotion never committed.
-    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [res.task.id]);
+    const res = await deliveredUnpromoted(ws, 'blocker');
     const deps = {
       db: t.db,
       queues,
@@ -192,20 +201,7 @@ describe('a delivered deferred start that was never promoted', () => {
     expect(await retryUnpromotedStarts(deps, 60_000)).toEqual({ promoted: 0, refused: 0 });
 
     // A second one whose operation row no longer proves its plan (a tampered manifest hash): refused, then left alone.
-    const blocker2 = await begin(t.db, ws, { title: 'blocker 2' });
-    const blocker2Auth: OperationAuthority = { kind: 'handle', handle: blocker2.handle! };
-    await driveAllSteps(t.db, blocker2Auth, blocker2.operationId, ws.dataDir);
-    await completeTaskCreation(t.db, blocker2Auth);
-    const other = await begin(t.db, ws, {
-      blocked_by: [blocker2.task.id],
-      start_agent: true,
-      agent_profile_id: ws.agentProfileId,
-    });
-    const otherAuth: OperationAuthority = { kind: 'handle', handle: other.handle! };
-    await driveAllSteps(t.db, otherAuth, other.operationId, ws.dataDir);
-    await completeTaskCreation(t.db, otherAuth);
-    await markTaskDone(t.db, blocker2.task.id);
-    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [other.task.id]);
+    const other = await deliveredUnpromoted(ws, 'blocker 2');
     await sql(t.db, 'UPDATE task_creation_operations SET manifest_hash = ? WHERE id = ?', [
       'f'.repeat(64),
       other.operationId,
@@ -216,20 +212,7 @@ describe('a delivered deferred start that was never promoted', () => {
 
   it('is promoted by the next sweep after a database fault, not backed off as a refusal', async () => {
     const ws = await seedWorkspace(t.db);
-    const blocker = await begin(t.db, ws, { title: 'blocker' });
-    const blockerAuth: OperationAuthority = { kind: 'handle', handle: blocker.handle! };
-    await driveAllSteps(t.db, blockerAuth, blocker.operationId, ws.dataDir);
-    await completeTaskCreation(t.db, blockerAuth);
-    const res = await begin(t.db, ws, {
-      blocked_by: [blocker.task.id],
-      start_agent: true,
-      agent_profile_id: ws.agentProfileId,
-    });
-    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
-    await completeTaskCreation(t.db, auth);
-    await markTaskDone(t.db, blocker.task.id);
-    await sql(t.db, 'UPDATE event_outbox SET delivered_at = created_at WHERE task_id = ?', [res.task.id]);
+    const res = await deliveredUnpromoted(ws, 'blocker');
     const deps = {
       db: t.db,
       queues,
