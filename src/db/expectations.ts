@@ -3,10 +3,12 @@
  * until the runner settles them before COMMIT.
  *
  * Contract: `track(result, affected, mismatch)` watches one write's result
- * and returns its entry; `settle(except)` waits for every tracked write but
+ * and returns its entry; `trackCheck(check)` watches a verification of
+ * statements issued without waiting (`Tx.checkLater`: a read-back), whose
+ * rejection is its failure; `settle(except)` waits for every tracked write but
  * the entries in `except` (sent later, with COMMIT) and throws the first, in
  * issue order, whose affected-row count was not `affected` (`mismatch()`) or
- * whose statement failed (its error). `firstMismatch` names, without
+ * whose statement failed (its error), or the first check that rejected. `firstMismatch` names, without
  * waiting, the first write already answered with the wrong count: a
  * transaction that failed later reports that instead, since what failed
  * later may only have followed from it. Holds no connection and sends
@@ -38,6 +40,23 @@ export class Expectations {
         entry.failure = mismatch();
         entry.mismatch = true;
       },
+      (err: unknown) => {
+        entry.failure = err;
+      },
+    );
+    this.tracked.push(entry);
+    return entry;
+  }
+
+  trackCheck(check: Promise<unknown>): Tracked {
+    const entry: { -readonly [K in keyof Tracked]: Tracked[K] } = {
+      failure: null,
+      mismatch: false,
+      affected: 0,
+      answer: Promise.resolve(),
+    };
+    entry.answer = check.then(
+      () => undefined,
       (err: unknown) => {
         entry.failure = err;
       },

@@ -179,6 +179,21 @@ export class Tx {
   }
 
   /**
+   * Registers a verification the transaction does not wait for here: typically
+   * the read-back of rows just inserted, issued with the inserts so the
+   * statements after it (the record, the next step's claim and reads) travel in
+   * the same round trip instead of waiting for it. `runTransaction` settles it
+   * before COMMIT with the expectations; a rejection rolls the whole
+   * transaction back and is what the caller sees. Only for a check whose
+   * outcome nothing before COMMIT reads: what follows assumes it passed, and
+   * none of it commits when it did not.
+   */
+  checkLater(check: Promise<unknown>): void {
+    if (this.closed || this.finals !== null) throw new Error('internal: check on a finished transaction');
+    this.expectations.trackCheck(check);
+  }
+
+  /**
    * The expected writes still waiting to be sent, when nothing else is: the
    * runner sends them with COMMIT instead (PostgreSQL, src/db/checked-commit.ts).
    */

@@ -153,7 +153,9 @@ export async function claimAndApplyLedgerSteps(
       // When the launch intent may be armed here, Complete's verification locks for the steps that already
       // succeeded (and Begin's environments) join the union, so phase A below finds them held, in order.
       const completeNeeds = phaseA && launch ? completeLockNeeds(steps, first.ctx.guarded.plan) : [];
-      await takeLocks(tx, [...needs.flat(), ...completeNeeds]);
+      // Issued, not awaited: the first step's reads (its apply finds every lock held) follow the locks in the same
+      // round trip, in issue order, so they read under them.
+      const locked = takeLocks(tx, [...needs.flat(), ...completeNeeds]);
 
       const current = new Map(steps.map((s) => [s.id, s]));
       const results: LedgerStepResult[] = [];
@@ -176,7 +178,7 @@ export async function claimAndApplyLedgerSteps(
 
       // Anything but a success ends the batch: the operation winds down or waits, as after a claim of its own.
       const going = () => results.every((r) => r.outcome.state === 'succeeded' || r.outcome.state === 'armed');
-      await run(first);
+      await Promise.all([locked, run(first)]);
       for (const step of siblings) if (going()) await run(await claimNext(step));
       const ready = [...current.values()].every((s) => s.kind === 'launch_intent' || s.state === 'succeeded');
       if (launch && going() && ready) await run(await claimNext(launch));

@@ -143,3 +143,56 @@ describe('writes sent without waiting (Tx.expect)', () => {
     expect([await nameOf(a), await nameOf(b)]).toEqual(['a2', 'b1']);
   });
 });
+
+/** Inserts a workspace and checks, later, that it reads back with `name` (the read-back of Tx.checkLater). */
+function insertChecked(tx: Tx, id: string, inserted: string, name: string): void {
+  const insert = insertWorkspace(tx, id, inserted);
+  const readBack = tx.rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [id]);
+  tx.checkLater(
+    Promise.all([insert, readBack]).then(([, rows]) => {
+      if (rows[0]?.name !== name) throw new Error(`workspace ${id} did not read back as ${name}`);
+    }),
+  );
+}
+
+describe('checks a transaction does not wait for (Tx.checkLater)', () => {
+  it('let the statements issued after the checked ones travel in the same round trip', async () => {
+    const id = randomUUID();
+    const next = randomUUID();
+    const trips = countRoundTrips(t.db);
+    await runTransaction(t.db, 'CheckTravels', async (tx) => {
+      insertChecked(tx, id, 'inserted', 'inserted');
+      await insertWorkspace(tx, next, 'next');
+    });
+    // The insert, its read-back and the next insert (with START TRANSACTION), then COMMIT.
+    expect(trips.calls).toBe(2);
+    expect([await nameOf(id), await nameOf(next)]).toEqual(['inserted', 'next']);
+  });
+
+  it('roll back everything the transaction did, before and after, when the check fails', async () => {
+    const before = randomUUID();
+    const id = randomUUID();
+    const after = randomUUID();
+    const err = await runTransaction(t.db, 'CheckFails', async (tx) => {
+      await insertWorkspace(tx, before, 'before');
+      insertChecked(tx, id, 'inserted', 'something else');
+      await insertWorkspace(tx, after, 'after');
+      void tx.commitWith([{ sql: 'UPDATE workspaces SET name = ? WHERE id = ?', params: ['final', before] }]);
+    }).catch((e: unknown) => e);
+    expect((err as Error).message).toBe(`workspace ${id} did not read back as something else`);
+    expect([await nameOf(before), await nameOf(id), await nameOf(after)]).toEqual(['<absent>', '<absent>', '<absent>']);
+  });
+
+  it('report the failing statement when the checked ones failed', async () => {
+    const id = randomUUID();
+    await runTransaction(t.db, 'CheckSeed', (tx) => insertWorkspace(tx, id, 'taken'));
+    const other = randomUUID();
+    const err = await runTransaction(t.db, 'CheckStatementFails', async (tx) => {
+      insertChecked(tx, id, 'duplicate', 'duplicate');
+      await insertWorkspace(tx, other, 'other').catch(() => 0);
+    }).catch((e: unknown) => e);
+    // The duplicate key stopped the batch; the check reports that error, and nothing was written.
+    expect(String((err as Error).message)).toMatch(/duplicate|unique/i);
+    expect([await nameOf(id), await nameOf(other)]).toEqual(['taken', '<absent>']);
+  });
+});

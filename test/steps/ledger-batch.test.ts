@@ -18,6 +18,7 @@ import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledg
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
 import { countRoundTrips } from '../support/round-trips';
+import { rewriteOnInsert } from '../support/db-faults';
 import { expectTyped, stepRows } from '../support/ledger';
 import { createTask, effectSnapshot, expectRecordedInOneClaim, loadStep, seedWithFiles } from './support';
 
@@ -36,7 +37,7 @@ afterEach(() => {
  * statements where PostgreSQL takes one. Before (a claim and a record
  * each waited for its answer) the same batch took six more.
  */
-const ROUND_TRIPS = { postgres: 13, mysql: 13 };
+const ROUND_TRIPS = { postgres: 10, mysql: 10 };
 
 const KINDS: LedgerKinds = {};
 for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
@@ -98,6 +99,35 @@ describe('ledger-only steps of one operation in one transaction', () => {
     const done = await s.run('workspace_attachment');
     expect(done.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
   });
+
+  // The inserts' read-back is checked before COMMIT, not waited for (Tx.checkLater): the record and the next
+  // step's claim and reads travel with it. A row that does not read back as inserted still rolls everything back.
+  it.each([
+    [
+      'task_resource_markers',
+      'marker_sha256',
+      "'0000000000000000000000000000000000000000000000000000000000000000'",
+      'session rows did not read back exactly',
+    ],
+    ['workspace_group_members', 'role', "'lead'", 'workspace attachment rows did not read back exactly'],
+  ])(
+    'a %s row that does not read back as inserted rolls the whole batch back',
+    async (table, column, value, message) => {
+      const s = await setup();
+      const before = await s.snap();
+      const fault = await rewriteOnInsert(t.db, table, column, value);
+      try {
+        await expect(s.batch('session_prepare', 'w1', KINDS, true)).rejects.toThrow(message);
+      } finally {
+        await fault.drop();
+      }
+      expect(await s.snap()).toBe(before);
+      const rows = await stepRows(t.db, s.c.operationId);
+      expect(rows.every((r) => r.state === 'planned' && Number(r.generation) === 0)).toBe(true);
+      const done = await s.run('session_prepare');
+      expect(done.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
+    },
+  );
 
   it('a step that is not ledger-only keeps the launch intent out; the ledger-only ones still go together', async () => {
     const s = await setup({ attachments: true });

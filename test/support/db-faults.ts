@@ -40,3 +40,27 @@ export async function deadlockOn(db: Db, table: string, event: 'UPDATE' | 'INSER
     },
   };
 }
+
+/**
+ * While on, every INSERT into `table` gets `column` set to `value` (an SQL
+ * literal) by a trigger: the row a command inserts is not the row it reads
+ * back. Both dialects; `drop()` removes it.
+ */
+export async function rewriteOnInsert(db: Db, table: string, column: string, value: string) {
+  const name = `tl_rewrite_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+  if (db.dialect === 'postgres') {
+    await sql(
+      db,
+      `CREATE FUNCTION ${name}_fn() RETURNS trigger AS $$ BEGIN NEW.${column} := ${value}; RETURN NEW; END $$ LANGUAGE plpgsql`,
+    );
+    await sql(db, `CREATE TRIGGER ${name}_tr BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}_fn()`);
+  } else {
+    await sql(db, `CREATE TRIGGER ${name}_tr BEFORE INSERT ON ${table} FOR EACH ROW SET NEW.${column} = ${value}`);
+  }
+  return {
+    drop: async () => {
+      await sql(db, `DROP TRIGGER ${name}_tr${db.dialect === 'postgres' ? ` ON ${table}` : ''}`);
+      if (db.dialect === 'postgres') await sql(db, `DROP FUNCTION ${name}_fn()`);
+    },
+  };
+}

@@ -176,10 +176,14 @@ function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
   ];
 }
 
-/** Inserts the rows `w` lacks and reads them back exactly (inserts and read-back in one round trip). */
-async function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World): Promise<void> {
+/**
+ * Inserts the rows `w` lacks and reads them back, without waiting: inserts and read-back travel with the
+ * statements issued next (the record, the next step's claim and reads), and the read-back is checked before
+ * COMMIT (`Tx.checkLater`): rows that do not read back exactly roll the whole transaction back.
+ */
+function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World): void {
   const read = txReader(tx);
-  // The inserts and the read-back are issued together, in that order: one round trip.
+  // The inserts and the read-back are issued together, in that order.
   const writes: Promise<number>[] = [];
   if (w.session === null) {
     const s = exp.session;
@@ -214,8 +218,11 @@ async function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World
       ),
     );
   }
-  const [after] = await Promise.all([readWorld(read, req, exp), ...writes]);
-  if (ownRows(exp, after).some((r) => r.p !== 'ours')) throw new Error('session rows did not read back exactly');
+  tx.checkLater(
+    Promise.all([readWorld(read, req, exp), ...writes]).then(([after]) => {
+      if (ownRows(exp, after).some((r) => r.p !== 'ours')) throw new Error('session rows did not read back exactly');
+    }),
+  );
 }
 
 export async function applySessionPrepare(db: Db, claim: StepClaim): Promise<EffectOutcome> {
@@ -267,7 +274,7 @@ export async function applySessionPrepareLocked(
       envRow,
     ]);
   }
-  await insertSessionRowsLocked(tx, req, exp, w);
+  insertSessionRowsLocked(tx, req, exp, w);
   return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observationOf(exp)));
 }
 
@@ -303,7 +310,7 @@ export async function materializeSessionLocked(tx: Tx, claim: StepClaim): Promis
       environment_ok: w.environmentOk,
     });
   }
-  await insertSessionRowsLocked(tx, req, exp, w);
+  insertSessionRowsLocked(tx, req, exp, w);
 }
 
 /** Read-only: exact rows and no runtime -> present; all absent and no runtime -> absent; else conflict. */

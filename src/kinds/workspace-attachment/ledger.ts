@@ -51,7 +51,7 @@ import {
 
 export { expectedAttachmentRows } from './rows';
 
-/** Issues every missing insert at once (no await in between), so a read issued next follows them in one round trip. */
+/** Issues every missing insert at once (no await in between), so the reads issued next follow them in one round trip. */
 function insertMissing(tx: Tx, exp: Expected, w: World): Promise<number[]> {
   const now = tx.now;
   const writes: Promise<number>[] = [];
@@ -141,12 +141,20 @@ export async function applyWorkspaceAttachmentLocked(
       rows,
     );
   }
-  // The inserts and the read-back, in that order, in one round trip.
-  const [, after] = await Promise.all([insertMissing(tx, exp, w), readWorld(read, req, exp)]);
-  if (ownRows(exp, after).some((r) => r.p !== 'ours'))
-    throw new Error('workspace attachment rows did not read back exactly');
-  const evidence = presentEvidenceOf(claim, observationOf(req, owner, claim.generation, exp, after));
-  return recordSuccessLocked(tx, ctx, claim, evidence);
+  // The inserts and the read-back, in that order, without waiting: they travel with the record and whatever the
+  // transaction issues next, and the read-back is checked before COMMIT (Tx.checkLater). The evidence is the
+  // world read under the locks with this step's rows in place; the check proves the rows read back exactly so
+  // and the rest of that world unchanged.
+  const observation = observationOf(req, owner, claim.generation, exp, w);
+  tx.checkLater(
+    Promise.all([insertMissing(tx, exp, w), readWorld(read, req, exp)]).then(([, after]) => {
+      const exact =
+        ownRows(exp, after).every((r) => r.p === 'ours') &&
+        canonicalJson(observationOf(req, owner, claim.generation, exp, after)) === canonicalJson(observation);
+      if (!exact) throw new Error('workspace attachment rows did not read back exactly');
+    }),
+  );
+  return recordSuccessLocked(tx, ctx, claim, presentEvidenceOf(claim, observation));
 }
 
 /** Read-only: exact rows and references -> present; every own row absent -> absent; else conflict. */
