@@ -15,6 +15,12 @@
  * phase A writes: operation and task `preparing -> completing`. Phase B stays
  * its own transaction (store/complete.ts).
  *
+ * The verification runs over the step rows as the batch wrote them (`written`,
+ * built from its own records) while those rows are re-read, in one round
+ * trip; it stands only when the re-read rows equal them field by field, and
+ * otherwise runs again over the re-read rows. Either way it is the
+ * verification of the rows as stored.
+ *
  * Everything before the two writes is a read, so a predicate that does not
  * hold — or a verification lock the batch did not take and can no longer
  * take in order — writes nothing here: the batch commits its steps as before
@@ -28,7 +34,10 @@ import { isTaskLedgerError } from '../domain/errors';
 import { phaseAWrites } from './complete';
 import { completeLockNeeds, verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
 import type { GuardedOperation, TaskLockRow } from './operation-guard';
-import { lockStepsLocked } from './step-rows';
+import { lockStepsLocked, STEP_COLUMNS } from './step-rows';
+import type { StepRow } from './types';
+
+const STEP_FIELDS = STEP_COLUMNS.split(', ');
 
 export type PhaseAInBatch = 'completing' | 'not_completable' | 'predicate_failed' | 'lock_order';
 
@@ -36,6 +45,8 @@ export async function completePhaseAInBatchLocked(
   tx: Tx,
   guarded: GuardedOperation,
   chain: { task: TaskLockRow; identityState: string | undefined },
+  /** The operation's step rows as the batch wrote them: verified while the stored ones are re-read. */
+  written?: readonly StepRow[],
 ): Promise<PhaseAInBatch> {
   const { op, plan, workspaceState } = guarded;
   if (op.state !== 'preparing' || workspaceState !== 'active') return 'not_completable';
@@ -43,8 +54,24 @@ export async function completePhaseAInBatchLocked(
   if (identityState !== 'preparing' || task.lifecycle_state === 'deleted' || task.creation_state !== 'preparing') {
     return 'not_completable';
   }
-  // The step rows as this transaction recorded them (the locks are held: this is a read).
-  const steps = await lockStepsLocked(tx, op.id);
+  // The step rows as this transaction recorded them (the locks are held: this is a read), and the verification
+  // over the rows as written, issued together: one round trip when the two agree.
+  const stored = lockStepsLocked(tx, op.id);
+  const early = written ? verifyStepsLocked(tx, [...written], plan) : null;
+  const [steps, verdict] = await Promise.all([stored, early]);
+  const result = verdict !== null && sameSteps(steps, written!) ? verdict : await verifyStepsLocked(tx, steps, plan);
+  if (result !== 'verified') return result;
+  // Phase A's writes go with the batch's COMMIT (Tx.commitWith): both rows are locked and were read `preparing`.
+  void tx.commitWith(phaseAWrites(tx, op.id, task.id));
+  return 'completing';
+}
+
+/** Phase A's checks over these step rows: the Complete predicate, every effect row, the rows Begin inserted. */
+async function verifyStepsLocked(
+  tx: Tx,
+  steps: StepRow[],
+  plan: GuardedOperation['plan'],
+): Promise<'verified' | 'lock_order' | 'predicate_failed'> {
   if (!tx.canLockRows(completeLockNeeds(steps, plan))) return 'lock_order';
   try {
     await Promise.all([verifyCompletePredicateLocked(tx, steps, plan), verifyPlannedRowsLocked(tx, plan)]);
@@ -52,7 +79,20 @@ export async function completePhaseAInBatchLocked(
     if (isTaskLedgerError(err)) return 'predicate_failed';
     throw err;
   }
-  // Phase A's writes go with the batch's COMMIT (Tx.commitWith): both rows are locked and were read `preparing`.
-  void tx.commitWith(phaseAWrites(tx, op.id, task.id));
-  return 'completing';
+  return 'verified';
+}
+
+const comparable = (v: unknown) => (v instanceof Date ? v.getTime() : v);
+
+/** Every column of every step row equal (the same steps, in the same order). */
+function sameSteps(stored: readonly StepRow[], written: readonly StepRow[]): boolean {
+  const byId = new Map(written.map((s) => [s.id, s]));
+  return (
+    stored.length === written.length &&
+    stored.every((s) => {
+      const w = byId.get(s.id) as unknown as Record<string, unknown> | undefined;
+      const r = s as unknown as Record<string, unknown>;
+      return w !== undefined && STEP_FIELDS.every((k) => comparable(r[k]) === comparable(w[k]));
+    })
+  );
 }

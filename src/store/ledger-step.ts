@@ -25,6 +25,8 @@
  * (`stale_claim`, `creation_state_conflict`, `workspace_deleting`,
  * `not_found`) or of the effect write nothing. No event.
  */
+import { canonicalJson } from '../canonical/canonical-json';
+import { evidenceHash } from '../canonical/hash';
 import { runTransaction, type Db } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
@@ -185,7 +187,21 @@ export async function claimAndApplyLedgerSteps(
       const armed = results.some((r) => r.claim.kind === 'launch_intent' && r.outcome.state === 'armed');
       if (!armed) return { results, phaseA: null };
       if (!phaseA) return { results, phaseA: 'not_asked' };
-      return { results, phaseA: await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain) };
+      // The step rows as this batch's records left them: phase A verifies them while it re-reads the stored ones.
+      const recorded = new Map(results.map((r) => [r.claim.stepId, r.outcome.evidence]));
+      const written = [...current.values()].map((row): StepRow => {
+        const evidence = recorded.get(row.id);
+        if (evidence === undefined) return row;
+        const valid = canonicalJson(evidence);
+        return {
+          ...row,
+          lease_owner: null,
+          lease_expires_at: null,
+          evidence_json: valid,
+          evidence_sha256: evidenceHash(evidence),
+        };
+      });
+      return { results, phaseA: await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain, written) };
     },
     { restartOnUnique: EFFECT_ROW_UNIQUES },
   );

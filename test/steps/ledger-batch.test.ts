@@ -18,7 +18,7 @@ import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledg
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
 import { countRoundTrips } from '../support/round-trips';
-import { rewriteOnInsert } from '../support/db-faults';
+import { rewriteOn } from '../support/db-faults';
 import { expectTyped, stepRows } from '../support/ledger';
 import { createTask, effectSnapshot, expectRecordedInOneClaim, loadStep, seedWithFiles } from './support';
 
@@ -31,13 +31,15 @@ afterEach(() => {
 /**
  * Round trips of a three-step batch with phase A (session, attachment,
  * launch intent; ADR 0015/0016), COMMIT included: guard, step locks, effect
- * locks, one per step's reads and writes, phase A's reads, COMMIT. Each
- * claim and record travels with the statements after it (`Tx.expect`); a
- * round trip more per step would show here. MySQL takes key locks with two
- * statements where PostgreSQL takes one. Before (a claim and a record
- * each waited for its answer) the same batch took six more.
+ * locks with the first step's reads, one per step's writes (with its
+ * read-back, checked before COMMIT, and the next step's claim and reads),
+ * phase A's step re-read with its verification, COMMIT. Each claim and
+ * record travels with the statements after it (`Tx.expect`); a round trip
+ * more per step would show here. Before (a claim and a record each waited
+ * for its answer) the same batch took six more; before the read-backs were
+ * checked later and phase A verified the rows as written, four more.
  */
-const ROUND_TRIPS = { postgres: 10, mysql: 10 };
+const ROUND_TRIPS = { postgres: 9, mysql: 9 };
 
 const KINDS: LedgerKinds = {};
 for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
@@ -115,7 +117,7 @@ describe('ledger-only steps of one operation in one transaction', () => {
     async (table, column, value, message) => {
       const s = await setup();
       const before = await s.snap();
-      const fault = await rewriteOnInsert(t.db, table, column, value);
+      const fault = await rewriteOn(t.db, table, 'INSERT', column, value);
       try {
         await expect(s.batch('session_prepare', 'w1', KINDS, true)).rejects.toThrow(message);
       } finally {
@@ -198,6 +200,32 @@ describe('ledger-only steps of one operation in one transaction', () => {
     expect(results.map((d) => d.claim.leaseExpiresAt)).toEqual([null, null, null]);
     for (const { claim, outcome } of results) await expectRecordedInOneClaim(t.db, claim, outcome);
     expect(calls).toBeLessThanOrEqual(ROUND_TRIPS[t.db.dialect]);
+  });
+
+  // Phase A verifies the step rows as the batch wrote them while it re-reads the stored ones (one round trip);
+  // that verification stands only when the two agree, so what is verified is always what is stored.
+  it('phase A verifies the step rows as stored: an armed record stored otherwise than written fails its predicate', async () => {
+    const s = await setup();
+    const concat = t.db.dialect === 'postgres' ? "NEW.evidence_json || ' '" : "CONCAT(NEW.evidence_json, ' ')";
+    const fault = await rewriteOn(
+      t.db,
+      'task_creation_steps',
+      'UPDATE',
+      'evidence_json',
+      concat,
+      "NEW.state = 'armed'",
+    );
+    try {
+      const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);
+      expect(results.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
+      expect(phaseA).toBe('predicate_failed');
+    } finally {
+      await fault.drop();
+    }
+    const op = await sql<{ state: string }>(t.db, 'SELECT state FROM task_creation_operations WHERE id = ?', [
+      s.c.operationId,
+    ]);
+    expect(op[0]?.state).toBe('preparing');
   });
 
   it('a batch that arms nothing, or is not asked, leaves phase A alone', async () => {

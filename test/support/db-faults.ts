@@ -42,20 +42,35 @@ export async function deadlockOn(db: Db, table: string, event: 'UPDATE' | 'INSER
 }
 
 /**
- * While on, every INSERT into `table` gets `column` set to `value` (an SQL
- * literal) by a trigger: the row a command inserts is not the row it reads
- * back. Both dialects; `drop()` removes it.
+ * Every `event` (INSERT or UPDATE) on `table` whose new row `when` admits (SQL
+ * over NEW) gets `column` set to `value` (SQL over NEW) by a trigger: the row
+ * a command writes is not the row it reads back. Both dialects; `drop()`
+ * removes it.
  */
-export async function rewriteOnInsert(db: Db, table: string, column: string, value: string) {
+export async function rewriteOn(
+  db: Db,
+  table: string,
+  event: 'INSERT' | 'UPDATE',
+  column: string,
+  value: string,
+  when = '1 = 1',
+) {
   const name = `tl_rewrite_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
   if (db.dialect === 'postgres') {
     await sql(
       db,
-      `CREATE FUNCTION ${name}_fn() RETURNS trigger AS $$ BEGIN NEW.${column} := ${value}; RETURN NEW; END $$ LANGUAGE plpgsql`,
+      `CREATE FUNCTION ${name}_fn() RETURNS trigger AS $$ BEGIN
+         IF ${when} THEN NEW.${column} := ${value}; END IF;
+         RETURN NEW; END $$ LANGUAGE plpgsql`,
     );
-    await sql(db, `CREATE TRIGGER ${name}_tr BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}_fn()`);
+    await sql(db, `CREATE TRIGGER ${name}_tr BEFORE ${event} ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}_fn()`);
   } else {
-    await sql(db, `CREATE TRIGGER ${name}_tr BEFORE INSERT ON ${table} FOR EACH ROW SET NEW.${column} = ${value}`);
+    await sql(
+      db,
+      `CREATE TRIGGER ${name}_tr BEFORE ${event} ON ${table} FOR EACH ROW BEGIN
+         IF ${when} THEN SET NEW.${column} = ${value}; END IF;
+       END`,
+    );
   }
   return {
     drop: async () => {
