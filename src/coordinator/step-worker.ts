@@ -26,6 +26,7 @@ import type { StepClaim } from '../store/types';
 import { stepJobId, type StepJob } from '../../queues/names';
 import { processCompleteJob, type CompleteWorkerDeps } from './complete-worker';
 import { enqueueRunnable } from './enqueue';
+import { leaseKeeper } from './lease-keeper';
 import type { QueueSet } from './queues';
 
 export type { StepHandlers };
@@ -109,13 +110,14 @@ export async function processStepJob(
     }
   } else {
     let claim: StepClaim;
+    const claimedAt = Date.now();
     try {
       claim = await claimTaskCreationStep(deps.effects.db, auth, ref, owner, deps.leaseMs);
     } catch (err) {
       if (skipped(err)) return 'skipped';
       throw err;
     }
-    state = await performClaimed(deps, handler as StepHandler, claim, job, log);
+    state = await performClaimed(deps, handler as StepHandler, claim, claimedAt, job, log);
   }
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
@@ -139,33 +141,29 @@ function ledgerKinds(deps: StepWorkerDeps): LedgerKinds {
 /** Claim errors that mean another worker or the ledger already moved on: the job is a logged no-op. */
 const CLAIM_CONFLICTS = new Set(['creation_state_conflict', 'stale_claim', 'not_found', 'workspace_deleting']);
 
-/** A committed claim's effect, outside any transaction, with the lease renewed while it runs. */
+/** A committed claim's effect, outside any transaction, with the lease renewed while it runs (lease-keeper.ts). */
 async function performClaimed(
   deps: StepWorkerDeps,
   handler: StepHandler,
   claim: StepClaim,
+  claimedAt: number,
   job: StepJob,
   log: Logger,
 ): Promise<StepState> {
   await failpoint('after_step_claim_commit', { kind: job.kind, operationId: job.operationId, stepId: job.stepId });
-  let lost = false;
-  const heartbeat = async (): Promise<void> => {
-    if (lost) throw new Error('lease lost');
-    try {
-      await renewTaskCreationStepLease(deps.effects.db, claim, deps.leaseMs);
-    } catch (err) {
-      lost = true;
-      throw err;
-    }
-  };
+  const lease = leaseKeeper(
+    () => renewTaskCreationStepLease(deps.effects.db, claim, deps.leaseMs),
+    deps.leaseMs,
+    claimedAt,
+  );
   const timer = setInterval(() => {
-    heartbeat().catch((err: unknown) =>
-      log.warn({ err }, 'lease heartbeat failed; the step will turn unknown if it expires'),
-    );
+    lease
+      .renew()
+      .catch((err: unknown) => log.warn({ err }, 'lease heartbeat failed; the step will turn unknown if it expires'));
   }, heartbeatEvery(deps.leaseMs));
 
   try {
-    return await handler.perform(deps.effects, claim, heartbeat);
+    return await handler.perform(deps.effects, claim, () => lease.heartbeat());
   } finally {
     clearInterval(timer);
   }

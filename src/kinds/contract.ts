@@ -61,7 +61,10 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * Store (succeeded / armed, or failed / retry_wait / unknown with evidence).
    * Returns the state it recorded. Throws only when it could not record at
    * all (database down, stale claim): the lease then expires and the reaper
-   * turns the step `unknown`. `heartbeat` renews the lease during long I/O.
+   * turns the step `unknown`. `heartbeat` keeps the lease live during long
+   * I/O: on return at least three quarters of the lease are left (it renews
+   * unless the claim or the last renewal is that recent,
+   * src/coordinator/lease-keeper.ts), and it rejects once the claim is stale.
    */
   perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>): Promise<StepState>;
   /**

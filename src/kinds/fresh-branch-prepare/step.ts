@@ -220,9 +220,10 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
   await heartbeat();
   const persisted = await persistWorktreeMarker(db, claim);
   if (persisted !== 'persisted') return persisted.state;
-  // Renewed right before Git is touched: the marker's transaction may have taken seconds (a lost connection
-  // restarts it), and Git must never run under a lease that could expire before it ends (each command's
-  // timeout is at most half the lease): once the lease has expired, the reaper may observe "absent".
+  // Live right before Git is touched (renewed unless the claim or the last renewal is under a quarter lease old):
+  // the marker's transaction may have taken seconds (a lost connection restarts it), and Git must never run under
+  // a lease that could expire before it ends (each command's timeout is at most half the lease): once the lease
+  // has expired, the reaper may observe "absent".
   await heartbeat();
 
   const marker = markerFileText(req, owner);
