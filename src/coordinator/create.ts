@@ -24,17 +24,19 @@ export interface CreateDeps {
   metrics: Metrics | null;
 }
 
-/** Why this schedule: Complete and the recovery actor announce every
- *  creation they end (`creation-events.ts`), so the poll is only the fallback
- *  for a lost announcement. It starts at 250 ms and backs off to 1 s: under
- *  load a creation takes hundreds of milliseconds, and hundreds of waiting
- *  requests must not turn into database load of their own (each poll is a
- *  read); a lost announcement is then seen within a second. */
+/** Why this schedule: everything that ends a creation announces it (Complete, the recovery actor, a workspace
+ *  deletion's cascade; `creation-events.ts`), so the poll is only the fallback for a lost announcement. While
+ *  this process is known to hear the announcements (`CreationEvents.listening`), the first poll waits 1 s and the
+ *  next ones 2 s: under load a creation takes hundreds of milliseconds, and each poll is a read of its own that
+ *  would only find it still running. Until then (the first requests of a process, a dropped subscriber
+ *  connection) it starts at 250 ms and backs off to 1 s. */
 const FIRST_POLL_MS = 250;
 const MAX_POLL_MS = 1000;
+const FIRST_POLL_LISTENING_MS = 1000;
+const MAX_POLL_LISTENING_MS = 2000;
 
-function nextPoll(ms: number): number {
-  return Math.min(MAX_POLL_MS, ms * 2);
+function nextPoll(ms: number, listening: boolean): number {
+  return Math.min(listening ? MAX_POLL_LISTENING_MS : MAX_POLL_MS, ms * 2);
 }
 
 interface EndRead {
@@ -72,7 +74,7 @@ async function readEnd(db: Db, operationId: string): Promise<EndRead | null> {
 async function waitForEnd(db: Db, events: CreationEvents, operationId: string, deadline: number) {
   // Not awaited: until the subscription is up (first request of a process), the poll alone serves.
   if (deadline > Date.now()) void events.ready();
-  let poll = FIRST_POLL_MS;
+  let poll = events.listening ? FIRST_POLL_LISTENING_MS : FIRST_POLL_MS;
   // Right after Begin nothing has run yet: the first read waits for an announcement or the first poll.
   let read = deadline <= Date.now();
   for (;;) {
@@ -93,7 +95,7 @@ async function waitForEnd(db: Db, events: CreationEvents, operationId: string, d
     await Promise.race([ended.promise, slept]);
     clearTimeout(timer);
     ended.cancel();
-    poll = nextPoll(poll);
+    poll = nextPoll(poll, events.listening);
   }
 }
 

@@ -3,9 +3,9 @@
  * for its creation (`createTask` with `wait_ms`) wakes up the moment Complete
  * commits instead of discovering it on its next poll. An announcement is a
  * wake-up, never truth: the waiter re-reads the operation from the ledger, and
- * keeps a slow poll as the fallback for anything that ends an operation
- * without announcing it (recovery, abort) or an announcement lost with a
- * dropped connection.
+ * keeps a slow poll as the fallback for an announcement lost with a dropped
+ * connection. What ends a creation announces it: Complete, the recovery
+ * actor (finish or abort) and a workspace deletion's cascade.
  *
  * One subscriber connection per process, opened on the first wait; `close()`
  * ends it (QueueSet.close calls it).
@@ -23,6 +23,7 @@ export class CreationEvents {
   private subscribed: Promise<void> | null = null;
   private readonly waiters = new Map<string, Set<() => void>>();
   private closed = false;
+  private subscribedOnce = false;
 
   constructor(
     private readonly connection: Redis,
@@ -44,11 +45,21 @@ export class CreationEvents {
       // A failing subscription only costs latency (the poll still runs); errors are not fatal here.
       sub.on('error', () => undefined);
       this.subscribed = sub.subscribe(this.channel).then(
-        () => undefined,
+        () => {
+          this.subscribedOnce = true;
+        },
         () => undefined,
       );
     }
     return this.subscribed;
+  }
+
+  /**
+   * Announcements reach this process now: the subscription was confirmed and its connection is up (ioredis
+   * subscribes again after a reconnect; an announcement sent while it was down is lost, and the poll finds it).
+   */
+  get listening(): boolean {
+    return !this.closed && this.subscribedOnce && this.subscriber?.status === 'ready';
   }
 
   /** Registers interest in one operation; register before reading its state so no announcement is missed. */

@@ -223,6 +223,7 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
       wakeCleanup: async () => {
         await queues.get(CLEANUP_QUEUE).add('sweep', {}, { jobId: `cleanup-wake-${Date.now()}` });
       },
+      announceEnded: (operationId: string) => queues.creationEvents.announce(operationId),
     };
     worker(
       REAPER_QUEUE,

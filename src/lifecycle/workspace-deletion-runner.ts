@@ -7,7 +7,9 @@
  * is left. A creation with a step in flight is passed over; a later pass
  * takes it once the reaper's recovery has settled it. Then the outbox is
  * woken for the `task.deleted` events and the cleanup worker for the jobs.
- * Idempotent: any number of runners may run one deletion; each creation is
+ * Each creation the pass ends (aborted, or completed and deleted) is
+ * announced at once (`announceEnded`), so a request waiting for it answers
+ * now rather than at its next poll. Idempotent: any number of runners may run one deletion; each creation is
  * handled once under the workspace's exclusive lock.
  */
 import type { Db } from '../db/tx';
@@ -25,6 +27,8 @@ export interface DeletionRunnerDeps {
   wakeOutbox?: (workspaceId: string) => Promise<void>;
   /** Runs a cleanup pass soon; else the periodic pass does. */
   wakeCleanup?: () => Promise<void>;
+  /** Wakes requests waiting for a creation this pass ended (a wake-up: they re-read the ledger); else they poll. */
+  announceEnded?: (operationId: string) => Promise<void>;
 }
 
 export interface DeletionPass {
@@ -56,6 +60,11 @@ export async function runWorkspaceDeletion(
     }
     handled[step.outcome]++;
     after = step.operationId;
+    if (step.outcome === 'aborted' || step.outcome === 'completed_and_deleted') {
+      await deps.announceEnded?.(step.operationId).catch((err: unknown) => {
+        deps.log.warn({ err, operation_id: step.operationId }, 'could not announce the ended creation; waiters poll');
+      });
+    }
     await failpoint('workspace_deletion_between_creations', { deletionId, operationId: step.operationId });
   }
   if (reachedEnd) await failpoint('workspace_deletion_before_finish', { deletionId });

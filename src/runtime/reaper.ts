@@ -138,7 +138,12 @@ async function runPendingDeletions(deps: ReaperDeps): Promise<{ running: number;
     out.running++;
     try {
       const pass = await runWorkspaceDeletion(
-        { db: deps.effects.db, dataDir: deps.effects.dataDir, log: deps.log },
+        {
+          db: deps.effects.db,
+          dataDir: deps.effects.dataDir,
+          log: deps.log,
+          announceEnded: deps.queues ? (id) => deps.queues!.creationEvents.announce(id) : undefined,
+        },
         d.id,
         d.workspace_id,
       );

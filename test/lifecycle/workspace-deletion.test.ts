@@ -79,7 +79,17 @@ async function claimOnly(r: BeginResult, kind: string, owner = 'worker-x') {
   return claimTaskCreationStep(t.db, auth(r), { kind: row.kind as never, stepKey: row.step_key }, owner);
 }
 
-const runner = (ws: SeededWorkspace) => ({ db: t.db, dataDir: ws.dataDir, log: silentLogger() });
+/** The creations the runner announced as ended (the fleet publishes them to waiting requests). */
+const announced: string[] = [];
+const runner = (ws: SeededWorkspace) => ({
+  db: t.db,
+  dataDir: ws.dataDir,
+  log: silentLogger(),
+  announceEnded: (operationId: string) => {
+    announced.push(operationId);
+    return Promise.resolve();
+  },
+});
 
 async function cleanAll(ws: SeededWorkspace, passes = 5) {
   const deps = { ...realDeps(t.db, ws.dataDir), executor: new LocalProcessExecutor(join(ws.dataDir, 'runtime')) };
@@ -159,12 +169,15 @@ describe('the workspace deletion cascade', () => {
     // From here on nothing new starts in the workspace.
     await expectTyped(begin(t.db, ws, { title: 'late' }), 'not_authorized');
 
+    announced.length = 0;
     const first = await runWorkspaceDeletion(runner(ws), deletion.id, ws.workspaceId);
     expect(first).toMatchObject({
       handled: { deleted: 3, completed_and_deleted: 1, aborted: 1, waiting: 1 },
       finished: false,
       pending: 1,
     });
+    // The two creations this pass ended are announced to their waiting requests; the deleted ones had ended.
+    expect([...announced].sort()).toEqual([c.operationId, d.operationId].sort());
     expect(await events(a.r.task.id)).toEqual(['task.created@1', 'task.deleted@2']);
     expect(await events(c.task.id)).toEqual(['task.created@1', 'task.deleted@2']);
     expect(await events(d.task.id)).toEqual([]);
@@ -204,6 +217,7 @@ describe('the workspace deletion cascade', () => {
     ).toBe('succeeded');
     const second = await runWorkspaceDeletion(runner(ws), deletion.id, ws.workspaceId);
     expect(second).toMatchObject({ handled: { aborted: 1, waiting: 0 }, finished: true });
+    expect(announced.at(-1)).toBe(e.operationId);
     const view = await readWorkspaceDeletion(t.db, deletion.id);
     expect(view).toMatchObject({
       state: 'completed',
