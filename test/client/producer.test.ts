@@ -173,9 +173,11 @@ describe('AdmissionProducer on the admission queue', () => {
       { tokenId: tokenId(), body: { workspace_id: w.ws.workspaceId, title: 7 } } satisfies AdmissionJob,
       { attempts: 3, backoff: { type: 'fixed', delay: 10 }, removeOnFail: false },
     );
+    // Judged on the job hash as read (finishedOn is set by the script that counts the attempt), not only on the
+    // failed set, which may have taken the job after the hash was read (attemptsMade still 0 in that read).
     const failed = await waitFor('the job to fail', async () => {
       const job = await Job.fromId(queue, retried.id!);
-      return job && (await job.isFailed()) ? job : null;
+      return job?.finishedOn !== undefined && (await job.isFailed()) ? job : null;
     });
     expect(failed.attemptsMade).toBe(1);
     expect(JSON.parse(failed.failedReason)).toMatchObject({
