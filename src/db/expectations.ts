@@ -8,10 +8,10 @@
  * rejection is its failure; `settle(except)` waits for every tracked write but
  * the entries in `except` (sent later, with COMMIT) and throws the first, in
  * issue order, whose affected-row count was not `affected` (`mismatch()`) or
- * whose statement failed (its error), or the first check that rejected. `firstMismatch` names, without
- * waiting, the first write already answered with the wrong count: a
- * transaction that failed later reports that instead, since what failed
- * later may only have followed from it. Holds no connection and sends
+ * whose statement failed (its error), or the first check that rejected.
+ * `firstMismatch` names, without waiting, the first write already
+ * answered with the wrong count: a transaction that failed later reports
+ * that instead, since what failed later may only have followed from it. Holds no connection and sends
  * nothing itself.
  */
 import type { StatementResult } from './batch';
@@ -28,39 +28,30 @@ export class Expectations {
   private readonly tracked: Tracked[] = [];
 
   track(result: Promise<StatementResult>, affected: number, mismatch: () => Error): Tracked {
+    return this.watch(affected, (entry) =>
+      result.then((r) => {
+        if (r.affected === affected) return;
+        entry.failure = mismatch();
+        entry.mismatch = true;
+      }),
+    );
+  }
+
+  trackCheck(check: Promise<unknown>): Tracked {
+    return this.watch(0, () => check.then(() => undefined));
+  }
+
+  /** One tracked entry: `settled` resolves when answered (recording a mismatch itself); a rejection is its failure. */
+  private watch(affected: number, settled: (entry: { failure: unknown; mismatch: boolean }) => Promise<void>): Tracked {
     const entry: { -readonly [K in keyof Tracked]: Tracked[K] } = {
       failure: null,
       mismatch: false,
       affected,
       answer: Promise.resolve(),
     };
-    entry.answer = result.then(
-      (r) => {
-        if (r.affected === affected) return;
-        entry.failure = mismatch();
-        entry.mismatch = true;
-      },
-      (err: unknown) => {
-        entry.failure = err;
-      },
-    );
-    this.tracked.push(entry);
-    return entry;
-  }
-
-  trackCheck(check: Promise<unknown>): Tracked {
-    const entry: { -readonly [K in keyof Tracked]: Tracked[K] } = {
-      failure: null,
-      mismatch: false,
-      affected: 0,
-      answer: Promise.resolve(),
-    };
-    entry.answer = check.then(
-      () => undefined,
-      (err: unknown) => {
-        entry.failure = err;
-      },
-    );
+    entry.answer = settled(entry).catch((err: unknown) => {
+      entry.failure = err;
+    });
     this.tracked.push(entry);
     return entry;
   }

@@ -9,8 +9,9 @@
  * woken for the `task.deleted` events and the cleanup worker for the jobs.
  * Each creation the pass ends (aborted, or completed and deleted) is
  * announced at once (`announceEnded`), so a request waiting for it answers
- * now rather than at its next poll. Idempotent: any number of runners may run one deletion; each creation is
- * handled once under the workspace's exclusive lock.
+ * now rather than at its next poll. Idempotent: any number of runners may
+ * run one deletion; each creation is handled once under the workspace's
+ * exclusive lock.
  */
 import type { Db } from '../db/tx';
 import { failpoint } from '../failpoints';

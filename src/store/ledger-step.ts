@@ -192,12 +192,11 @@ export async function claimAndApplyLedgerSteps(
       const written = [...current.values()].map((row): StepRow => {
         const evidence = recorded.get(row.id);
         if (evidence === undefined) return row;
-        const valid = canonicalJson(evidence);
         return {
           ...row,
           lease_owner: null,
           lease_expires_at: null,
-          evidence_json: valid,
+          evidence_json: canonicalJson(evidence),
           evidence_sha256: evidenceHash(evidence),
         };
       });
