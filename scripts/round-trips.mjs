@@ -19,6 +19,27 @@ import path from 'node:path';
 import { setInterval } from 'node:timers';
 import { pathToFileURL } from 'node:url';
 
+const prepared = new Map(); // statement name -> its text (names are per process)
+const short = (sql) => sql.replace(/\s+/g, ' ').trim().slice(0, 48);
+
+// One label per statement of a simple-protocol message: an EXECUTE is named
+// by the statement it runs, so one round trip's key says what it carried.
+function labelsOf(text) {
+  return text
+    .split(/;\s*(?=START|COMMIT|ROLLBACK|PREPARE|EXECUTE|SELECT|INSERT|UPDATE|DELETE|WITH|SAVEPOINT|RELEASE)/)
+    .map((statement) => {
+      const prepare = /^\s*PREPARE (\w+) AS ([\s\S]*)$/.exec(statement);
+      if (prepare) {
+        prepared.set(prepare[1], short(prepare[2]));
+        return `P ${short(prepare[2])}`;
+      }
+      const execute = /^\s*EXECUTE (\w+)/.exec(statement);
+      if (execute) return prepared.get(execute[1]) ?? execute[1];
+      return short(statement);
+    })
+    .join(' | ');
+}
+
 function statementOf(buf) {
   if (!Buffer.isBuffer(buf) || buf.length < 6) return '?';
   const type = String.fromCharCode(buf[0]);
@@ -27,7 +48,8 @@ function statementOf(buf) {
     while (start < buf.length && buf[start] !== 0) start++;
     start++;
   } else if (type !== 'Q') return type;
-  return `${type} ${buf.toString('utf8', start, Math.min(buf.length, start + 80)).replace(/\s+/g, ' ')}`;
+  const end = buf.indexOf(0, start);
+  return `${type} ${labelsOf(buf.toString('utf8', start, end < 0 ? buf.length : end))}`;
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
@@ -39,7 +61,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     const total = rows.reduce((s, [, c]) => s + c, 0);
     console.log(`== pid ${file.replace('.json', '')}: ${total} round trips, ${(total / n).toFixed(1)} per creation`);
     for (const [k, c] of rows.slice(0, 40))
-      console.log(`${String(c).padStart(7)} ${(c / n).toFixed(2).padStart(6)}  ${k}`);
+      console.log(`${String(c).padStart(7)} ${(c / n).toFixed(2).padStart(6)}  ${k.slice(0, 400)}`);
   }
 } else {
   const dir = process.env.TASKLEDGER_ROUND_TRIPS_DIR;

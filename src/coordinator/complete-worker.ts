@@ -2,11 +2,14 @@
  * Processes a Complete wake-up as the operation's worker actor (no caller
  * handle; the Store re-derives the retained bindings): phase A then phase B,
  * or a replay — or phase B alone, right after this worker's ledger batch
- * committed phase A with the step that armed the launch intent. Then it wakes the workspace's outbox dispatcher. A premature
- * or duplicate wake-up is a logged no-op. A process that also runs the
- * outbox role delivers the workspace's outbox right here (`dispatchInPlace`)
- * instead of one BullMQ hop; if that fails, the dispatcher wake-up is queued
- * as before, and the reaper's sweep heals a crash in between. Failpoint
+ * committed phase A with the step that armed the launch intent. Then it
+ * wakes the workspace's outbox dispatcher. A premature or duplicate wake-up is
+ * a logged no-op. A process that also runs the outbox role delivers the
+ * workspace's outbox right here (`dispatchInPlace`) instead of one BullMQ hop;
+ * if that fails, the dispatcher wake-up is queued as before, and the reaper's
+ * sweep heals a crash in between. A process that also runs the launch role is
+ * phase B's claimant: phase B takes the launch's dispatch claim with the event
+ * (ADR 0019) and the delivery starts the agent under it. Failpoint
  * `after_complete_before_outbox_delivery` sits between the phase-B commit
  * and the announcement/dispatcher wake-up.
  */
@@ -20,6 +23,8 @@ import { completeTaskCreation, completeTaskCreationPhaseB } from '../store/compl
 import type { QueueSet } from './queues';
 import { wakeOutbox, type OutboxWaker } from './wake-outbox';
 import type { OperationEventRow } from '../store/outbox-mark';
+import type { DispatchClaim } from '../store/launch-dispatch';
+import type { LaunchClaimant } from '../store/launch-claim-in-complete';
 
 export interface CompleteWorkerDeps {
   db: Db;
@@ -32,6 +37,11 @@ export interface CompleteWorkerDeps {
    * outbox role). It throws only for what a queued dispatcher would retry.
    */
   dispatchInPlace?: OutboxWaker['dispatchInPlace'];
+  /**
+   * Set when this process also starts the agent in that delivery (the launch role): phase B then takes the launch's
+   * dispatch claim for it (ADR 0019). A claim the delivery does not use is left to its lease and dispatch recovery.
+   */
+  claimant?: LaunchClaimant;
 }
 
 export async function processCompleteJob(
@@ -44,14 +54,16 @@ export async function processCompleteJob(
   const auth = { kind: 'operation', operationId: job.operationId, actor: deps.workerId } as const;
   let workspaceId: string;
   let events: OperationEventRow[] | undefined;
+  let taken: DispatchClaim | undefined;
   try {
     // Another worker's Complete between its phases is left to finish (or to the reaper's complete_completing).
     const result = options.phaseADone
       ? await phaseBAfterBatch(auth)
-      : await completeTaskCreation(deps.db, auth, { resumeCompleting: false });
+      : await completeTaskCreation(deps.db, auth, { resumeCompleting: false, claimant: deps.claimant });
     workspaceId = result.workspaceId;
     // Settled with phase B's COMMIT (before it returned): the rows the delivery pass below would read.
     events = await result.events?.catch(() => undefined);
+    taken = await result.launch?.catch(() => undefined);
     log.info({ outcome: result.outcome, event_id: result.eventId, replayed: result.replayed }, 'creation complete');
     // Phase B (task.created in the outbox) has committed; nothing has woken the dispatcher yet. A crash here is
     // healed by the reaper's sweep, which wakes a dispatcher for every workspace with undelivered events.
@@ -78,12 +90,13 @@ export async function processCompleteJob(
     workspaceId,
     job.operationId,
     events,
+    taken,
   );
   return 'completed';
 
   async function phaseBAfterBatch(auth: { kind: 'operation'; operationId: string; actor: string }) {
     // The same point between the phases as completeTaskCreation's (a crash here leaves `completing` to the reaper).
     await failpoint('between_complete_phase_a_and_b', { operationId: job.operationId });
-    return completeTaskCreationPhaseB(deps.db, auth);
+    return completeTaskCreationPhaseB(deps.db, auth, deps.claimant);
   }
 }

@@ -10,6 +10,7 @@ import { OUTBOX_QUEUE, type OutboxJob } from '../../queues/names';
 import type { Logger } from '../log';
 import type { QueueSet } from './queues';
 import type { OperationEventRow } from '../store/outbox-mark';
+import type { DispatchClaim } from '../store/launch-dispatch';
 
 export interface OutboxWaker {
   queues: QueueSet;
@@ -19,7 +20,12 @@ export interface OutboxWaker {
    * creation's events (the pass right after its own Complete: two processes completing creations of one workspace
    * no longer both walk its whole backlog).
    */
-  dispatchInPlace?: (workspaceId: string, operationId?: string, prefetched?: OperationEventRow[]) => Promise<unknown>;
+  dispatchInPlace?: (
+    workspaceId: string,
+    operationId?: string,
+    prefetched?: OperationEventRow[],
+    taken?: DispatchClaim,
+  ) => Promise<unknown>;
 }
 
 export async function wakeOutbox(
@@ -28,10 +34,12 @@ export async function wakeOutbox(
   operationId?: string,
   /** That operation's events as its phase B read them (`CompleteResult.events`): the pass need not read them. */
   prefetched?: OperationEventRow[],
+  /** The launch claim that phase B took for this process (ADR 0019); a queued pass leaves it to its lease. */
+  taken?: DispatchClaim,
 ): Promise<void> {
   if (w.dispatchInPlace) {
     try {
-      await w.dispatchInPlace(workspaceId, operationId, prefetched);
+      await w.dispatchInPlace(workspaceId, operationId, prefetched, taken);
       return;
     } catch (err) {
       w.log.warn({ err, workspace_id: workspaceId }, 'in-place outbox delivery failed; waking a dispatcher');

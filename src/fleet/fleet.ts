@@ -41,6 +41,7 @@ import { STEP_KINDS } from '../domain/vocab';
 import { LocalProcessExecutor, type Executor } from '../launch/executor';
 import { processLaunchJob } from '../launch/launch-worker';
 import type { OperationEventRow, OutboxMark } from '../store/outbox-mark';
+import type { DispatchClaim } from '../store/launch-dispatch';
 import type { Logger } from '../log';
 import { createMetrics, type Metrics } from '../metrics';
 import { processOutboxJob, type OutboxEvent } from '../outbox/dispatcher';
@@ -142,14 +143,19 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   // Queued deliveries (the reaper's sweep, a failed in-place pass) take the same single-flight pass: one pass per
   // workspace in this process at a time, and the launch in place here too.
   const launchInPlace = roles.has('launch')
-    ? (job: LaunchJob, mark?: OutboxMark) => processLaunchJob(launchDeps, job, mark)
+    ? (job: LaunchJob, mark?: OutboxMark, taken?: DispatchClaim) => processLaunchJob(launchDeps, job, mark, taken)
     : undefined;
   const workspacePass = singleFlight((workspaceId) => processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace }));
   // Right after a Complete: that creation's events only (no other process walks them at the same time).
-  const deliveryPass = (workspaceId: string, operationId?: string, prefetched?: OperationEventRow[]) =>
+  const deliveryPass = (
+    workspaceId: string,
+    operationId?: string,
+    prefetched?: OperationEventRow[],
+    taken?: DispatchClaim,
+  ) =>
     operationId === undefined
       ? workspacePass(workspaceId)
-      : processOutboxJob(outboxDeps, { workspaceId, operationId }, { launchInPlace }, prefetched);
+      : processOutboxJob(outboxDeps, { workspaceId, operationId }, { launchInPlace, taken }, prefetched);
   const completeDeps = {
     db,
     queues,
@@ -157,6 +163,8 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     metrics,
     workerId,
     dispatchInPlace: roles.has('outbox') ? deliveryPass : undefined,
+    // This process starts the agent right after its own phase B: that phase takes the launch's claim (ADR 0019).
+    claimant: roles.has('outbox') && roles.has('launch') ? { owner: workerId, leaseMs: config.leaseMs } : undefined,
   };
   // A process that runs both the steps and the complete roles finishes an operation's launch intent and Complete
   // in place once they are its only work left (no BullMQ hop each).

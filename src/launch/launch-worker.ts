@@ -81,20 +81,26 @@ export type LaunchWakeup = LaunchJob & { generation?: number };
 export const launchRetryJobId = (operationId: string, sessionId: string, generation: number): string =>
   `launch-${operationId}-${sessionId}-g${generation}`;
 
-/** `mark`: the outbox event whose delivery runs this launch in place, marked with the launch record. */
+/**
+ * `mark`: the outbox event whose delivery runs this launch in place, marked with the launch record. `taken`: the
+ * claim this worker's own phase B took for it (ADR 0019); the launch then takes none of its own.
+ */
 export async function processLaunchJob(
   deps: LaunchWorkerDeps,
   job: LaunchWakeup,
   mark?: OutboxMark,
+  taken?: DispatchClaim,
 ): Promise<'launched' | 'queued' | 'skipped' | 'failed'> {
   const log = deps.log.child({ operation_id: job.operationId, session_id: job.sessionId });
-  const claim = await claimLaunchDispatch(
-    deps.db,
-    { operationId: job.operationId, sessionId: job.sessionId },
-    deps.workerId,
-    deps.leaseMs,
-    job.generation,
-  );
+  const claim =
+    taken ??
+    (await claimLaunchDispatch(
+      deps.db,
+      { operationId: job.operationId, sessionId: job.sessionId },
+      deps.workerId,
+      deps.leaseMs,
+      job.generation,
+    ));
   if ('refused' in claim) {
     log.info({ reason: claim.refused }, 'launch job not applicable: nothing to do');
     deps.metrics?.jobsSkipped.inc({ queue: 'launch', reason: 'refused' });

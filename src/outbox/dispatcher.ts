@@ -19,6 +19,7 @@ import type { Metrics } from '../metrics';
 import type { QueueSet } from '../coordinator/queues';
 import { isTaskLedgerError } from '../domain/errors';
 import { promoteDeferredLaunch, type PromotionResult } from '../store/deferred-launch';
+import type { DispatchClaim } from '../store/launch-dispatch';
 import {
   INTENT_COLUMNS,
   INTENT_JOIN,
@@ -72,7 +73,12 @@ export interface DeliveryOptions {
    * Run an immediate start's launch in this process (a process that also runs the launch role); `mark`, when
    * given, is the delivered event, marked with the launch record (`recordLaunchDispatch`).
    */
-  launchInPlace?: (job: LaunchJob, mark?: OutboxMark) => Promise<unknown>;
+  launchInPlace?: (job: LaunchJob, mark?: OutboxMark, taken?: DispatchClaim) => Promise<unknown>;
+  /**
+   * The dispatch claim this process's phase B took for the operation's launch (ADR 0019): its intent is launched
+   * in place under it, though the claim already reads `running`.
+   */
+  taken?: DispatchClaim;
 }
 
 /** A delivery's outcome: done (true; `marked` when its launch already marked it), nothing to do (false), held. */
@@ -145,11 +151,15 @@ async function deliver(
     let mark: OutboxMark | undefined = { eventId: event.event_id, marked: false };
     for (const intent of rows) {
       if (intent.step_key === null) continue;
-      if (intent.dispatch_state !== null && !CLAIMABLE.has(intent.dispatch_state)) continue;
+      const taken =
+        options.taken?.operationId === event.operation_id && options.taken.sessionId === intent.step_key
+          ? options.taken
+          : undefined;
+      if (!taken && intent.dispatch_state !== null && !CLAIMABLE.has(intent.dispatch_state)) continue;
       const job: LaunchJob = { operationId: event.operation_id, taskId: event.task_id, sessionId: intent.step_key };
       if (options.launchInPlace) {
         try {
-          await options.launchInPlace(job, mark);
+          await options.launchInPlace(job, mark, taken);
           if (mark?.marked) markedByLaunch = true;
           mark = undefined;
           continue;

@@ -12,6 +12,10 @@
  * `task.created` in the outbox — and, when the task awaits its blockers
  * (`tasks.awaits_blockers`) and all of them are done now, revision two and
  * its `task.dependencies_resolved` right after (store/task-done.ts).
+ * For a claimant (the worker that starts the agent right after), phase B also
+ * takes the launch's dispatch claim with its COMMIT when nothing else could
+ * come of it (store/launch-claim-in-complete.ts, ADR 0019): no new lock, the
+ * placement read first in the guard's round trip.
  * A completed operation replays its stored outcome and event with no writes.
  * An operation already `completing` is finished by phase B for a caller's
  * handle and for recovery; a worker's wake-up leaves it to the Complete that
@@ -33,7 +37,9 @@ import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type Task
 import { planBlockerIds } from '../plan/blockers';
 import { lockStepsLocked } from './step-rows';
 import { insertResolvedEventLocked } from './task-done';
-import type { CompleteResult, OperationAuthority } from './types';
+import type { CompleteResult, OperationAuthority, StepRow } from './types';
+import { readPlacement, rememberPlacement, type LaunchSpecRow, type Placement } from './launch-dispatch';
+import { claimInCompleteLocked, type ClaimInComplete, type LaunchClaimant } from './launch-claim-in-complete';
 import { operationEventsStatement, type OperationEventRow } from './outbox-mark';
 
 export interface VerifiedCreation {
@@ -42,6 +48,13 @@ export interface VerifiedCreation {
   task: TaskLockRow;
   /** Phase B: the task awaits its blockers and all of them are done now; its resolution follows task.created. */
   resolves: boolean;
+}
+
+/** Phase B for a claimant (ADR 0019): what its launch claim needs besides the verified creation. */
+interface Seen {
+  steps: StepRow[];
+  workspaceState: string;
+  placement: Promise<Placement> | undefined;
 }
 
 function replay(op: OperationRow): CompleteResult {
@@ -58,7 +71,13 @@ async function lockAndVerifyLocked(
   tx: Tx,
   auth: OperationAuthority,
   phase: 'A' | 'B',
-): Promise<VerifiedCreation | CompleteResult> {
+  /** Phase B that may take the launch's claim: the task's placement is read first, in the guard's round trip. */
+  claimant?: LaunchClaimant,
+): Promise<(VerifiedCreation & { seen: Seen }) | CompleteResult> {
+  const placement = claimant
+    ? readPlacement(tx, auth.kind === 'handle' ? auth.handle.operationId : auth.operationId)
+    : undefined;
+  placement?.catch(() => undefined);
   // Phase B may also lock the blockers' task rows; phase A locks the task's own row only.
   const { op, plan, workspaceState, externalIdAbsent } = await guardOperationLocked(tx, auth, {
     externalIdKey: true,
@@ -104,7 +123,7 @@ async function lockAndVerifyLocked(
   settledValue(effects);
   settledValue(planned);
   const resolves = task.awaits_blockers && blockers.length > 0 && blockers.every((b) => b.lifecycle_state === 'done');
-  return { op, plan, task, resolves };
+  return { op, plan, task, resolves, seen: { steps, workspaceState, placement } };
 }
 
 /**
@@ -123,6 +142,8 @@ export async function completeTaskCreationLocked(
    * COMMIT (Tx.commitWith) — the operation row is locked and was read `completing`, so its compare-and-set holds.
    */
   last = false,
+  /** Phase B's launch claim (store/launch-claim-in-complete.ts), written after the event, before the events' read. */
+  launchClaim: ClaimInComplete | null = null,
 ): Promise<CompleteResult> {
   const eventId: string = givenEventId ?? randomUUID();
   // The task's last awaited blocker was marked done while it was being created (store/task-done.ts): its
@@ -174,11 +195,17 @@ export async function completeTaskCreationLocked(
   const result: CompleteResult = { outcome, workspaceId: v.op.workspace_id, eventId, revision: 1, replayed: false };
   if (last && resolvedEventId === null) {
     // The delivery pass's read closes the list: the event just written, with its armed intents (ADR 0007).
-    const committed = tx.commitWith([...writes, operationEventsStatement(v.op.workspace_id, v.op.id)]);
+    const claimed = launchClaim?.statements ?? [];
+    const committed = tx.commitWith([...writes, ...claimed, operationEventsStatement(v.op.workspace_id, v.op.id)]);
     const events = committed.then((r) => (r[r.length - 1]?.rows ?? []) as unknown as OperationEventRow[]);
+    // The launch spec's read closes the claim's statements (the row before the events').
+    const launch = launchClaim
+      ? committed.then((r) => launchClaim.claimOf(r[r.length - 2]?.rows?.[0] as LaunchSpecRow | undefined))
+      : undefined;
     // Handled here: an attempt whose COMMIT failed is retried or thrown by the runner; no one awaits its events.
     events.catch(() => undefined);
-    return { ...result, events };
+    launch?.catch(() => undefined);
+    return { ...result, events, launch };
   }
   // Issued together: one round trip, run by the server strictly in this order (Tx.batch); the first that fails
   // stops the rest and its error propagates, as if each had been awaited in turn.
@@ -238,16 +265,31 @@ export async function completeTaskCreationPhaseA(
   });
 }
 
-/** Phase B only: requires `completing` (or replays `completed`). */
-export async function completeTaskCreationPhaseB(db: Db, auth: OperationAuthority): Promise<CompleteResult> {
+/**
+ * Phase B only: requires `completing` (or replays `completed`). A `claimant` (the worker that starts the agent
+ * right after) may have the launch's dispatch claim written with the event (`CompleteResult.launch`, ADR 0019).
+ */
+export async function completeTaskCreationPhaseB(
+  db: Db,
+  auth: OperationAuthority,
+  claimant?: LaunchClaimant,
+): Promise<CompleteResult> {
   return runTransaction(db, 'CompleteTaskCreation.B', async (tx) => {
-    const v = await lockAndVerifyLocked(tx, auth, 'B');
+    const v = await lockAndVerifyLocked(tx, auth, 'B', claimant);
     if ('outcome' in v) return v;
-    return completeTaskCreationLocked(tx, v, undefined, true);
+    let launchClaim: ClaimInComplete | null = null;
+    if (claimant && v.seen.placement) {
+      const placement = await v.seen.placement;
+      rememberPlacement(placement);
+      launchClaim = claimInCompleteLocked(tx, v, { ...v.seen, placement }, claimant);
+    }
+    return completeTaskCreationLocked(tx, v, undefined, true, launchClaim);
   });
 }
 
 export interface CompleteOptions {
+  /** The worker that starts the agent right after: phase B may take the launch's claim for it (ADR 0019). */
+  claimant?: LaunchClaimant;
   /**
    * Finish an operation another Complete left between its phases (default true: a caller's handle, recovery's
    * `complete_completing`). A worker's wake-up passes false: the Complete that moved it to `completing` finishes it,
@@ -271,5 +313,5 @@ export async function completeTaskCreation(
   await failpoint('between_complete_phase_a_and_b', {
     operationId: auth.kind === 'handle' ? auth.handle.operationId : auth.operationId,
   });
-  return completeTaskCreationPhaseB(db, auth);
+  return completeTaskCreationPhaseB(db, auth, options.claimant);
 }

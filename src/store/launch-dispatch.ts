@@ -39,6 +39,7 @@
 import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
 import { domainHash } from '../canonical/hash';
 import type { LaunchIntentRequest } from '../canonical/types';
+import type { DispatchClaim, LaunchSpecRow } from './types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { execIdempotent, runTransaction, type Db, type Tx } from '../db/tx';
@@ -58,29 +59,9 @@ import { lockStepsLocked, verifyStepRequest } from './step-rows';
 
 export const DISPATCH_EVIDENCE_DOMAIN = 'kandev/task-launch-dispatch-evidence/v1';
 
-export interface DispatchClaim {
-  readonly dispatchId: string;
-  readonly operationId: string;
-  readonly taskId: string;
-  readonly workspaceId: string;
-  readonly sessionId: string;
-  readonly generation: number;
-  readonly owner: string;
-  readonly idempotencyKey: string;
-  readonly request: LaunchIntentRequest;
-  readonly requestSha256: string;
-  /** What to start, read in the claim's transaction (launch/launch-worker.ts checks it against the binding). */
-  readonly spec: LaunchSpecRow;
-}
+export type { DispatchClaim, LaunchSpecRow } from './types';
 
-/** The agent profile's executor as it is now, the session's environment and the task's first worktree. */
-export interface LaunchSpecRow {
-  executor_json: string | null;
-  environment_id: string | null;
-  worktree_path: string | null;
-}
-
-const LAUNCH_SPEC_SQL = `SELECT (SELECT executor_json FROM agent_profiles WHERE id = ?) AS executor_json,
+export const LAUNCH_SPEC_SQL = `SELECT (SELECT executor_json FROM agent_profiles WHERE id = ?) AS executor_json,
         (SELECT environment_id FROM task_sessions WHERE id = ?) AS environment_id,
         (SELECT r.worktree_path FROM task_environment_repos r JOIN task_environments e ON e.id = r.environment_id
           WHERE e.task_id = ? AND r.worktree_path IS NOT NULL ORDER BY r.id LIMIT 1) AS worktree_path`;
@@ -141,7 +122,7 @@ export async function lockLaunchPrefixLocked<X = undefined>(
   return { op, task, intent, request, steps, workspaceState, extra: extra as X | undefined };
 }
 
-interface Placement {
+export interface Placement {
   stepId: string | null;
   /** The step counts admitted tasks (a WIP limit above zero): a launch there takes its admission lock (tier 2). */
   limited: boolean;
@@ -149,7 +130,7 @@ interface Placement {
 }
 
 /** The task's workflow step and whether it has a WIP limit, read as the claim's first statement (no lock). */
-async function readPlacement(tx: Tx, operationId: string): Promise<Placement> {
+export async function readPlacement(tx: Tx, operationId: string): Promise<Placement> {
   const row = await tx.one<{ workflow_step_id: string | null; wip_limit: number | string | null }>(
     `SELECT t.workflow_step_id, s.wip_limit FROM task_creation_operations o
        JOIN tasks t ON t.id = o.task_id LEFT JOIN workflow_steps s ON s.id = t.workflow_step_id
@@ -166,7 +147,7 @@ const STEP_LIMITS_CAPACITY = 1024;
 /** Whether each workflow step had a WIP limit when this process last read it (a guess, re-read by every claim). */
 const stepLimited = new Map<string, boolean>();
 
-function rememberPlacement(p: Placement): void {
+export function rememberPlacement(p: Placement): void {
   if (p.stepId === null) return;
   stepLimited.delete(p.stepId);
   stepLimited.set(p.stepId, p.limited);

@@ -2,7 +2,13 @@
  * Public value types of the ledger Store: the caller's actor, the private
  * creation handle, step claims, and the task view callers see.
  */
-import type { ActorBindingDocument, StepEvidence, StepFailure, StepRequest } from '../canonical/types';
+import type {
+  ActorBindingDocument,
+  LaunchIntentRequest,
+  StepEvidence,
+  StepFailure,
+  StepRequest,
+} from '../canonical/types';
 import type { BeginOutcome, StepKind, StepState, TaskCreationState } from '../domain/vocab';
 import type { OperationEventRow } from './outbox-mark';
 
@@ -135,6 +141,11 @@ export interface CompleteResult {
    * read in phase B's COMMIT round trip, for the delivery pass that follows (it need not read them again).
    */
   events?: Promise<OperationEventRow[]>;
+  /**
+   * When this call's phase B also took the launch's dispatch claim for its claimant (ADR 0019): the claim, settled
+   * with the COMMIT. The claimant starts the agent under it (launch/launch-worker.ts) after confirming it.
+   */
+  launch?: Promise<DispatchClaim>;
 }
 
 export interface StepRow {
@@ -163,3 +174,26 @@ export interface StepRow {
 }
 
 export type { ActorBindingDocument, StepEvidence, StepFailure };
+
+/** A taken launch-dispatch claim (store/launch-dispatch.ts, store/launch-claim-in-complete.ts). */
+export interface DispatchClaim {
+  readonly dispatchId: string;
+  readonly operationId: string;
+  readonly taskId: string;
+  readonly workspaceId: string;
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly owner: string;
+  readonly idempotencyKey: string;
+  readonly request: LaunchIntentRequest;
+  readonly requestSha256: string;
+  /** What to start, read in the claim's transaction (launch/launch-worker.ts checks it against the binding). */
+  readonly spec: LaunchSpecRow;
+}
+
+/** The agent profile's executor as it is now, the session's environment and the task's first worktree. */
+export interface LaunchSpecRow {
+  executor_json: string | null;
+  environment_id: string | null;
+  worktree_path: string | null;
+}

@@ -28,7 +28,10 @@ import { defaultStepHandlers } from '../../src/kinds/registry';
 import type { StepHandler } from '../../src/kinds/contract';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { OperationAuthority } from '../../src/store/types';
-import { count, useTestDb } from '../support/db';
+import { count, sql, useTestDb } from '../support/db';
+import { deadlockOn } from '../support/db-faults';
+import type { DispatchClaim } from '../../src/store/launch-dispatch';
+import type { OutboxMark } from '../../src/store/outbox-mark';
 import { begin, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 
@@ -143,7 +146,8 @@ describe('inline launch intent and Complete', () => {
 });
 
 describe('in-place outbox delivery and launch after Complete', () => {
-  async function run(options: { failDispatch?: boolean; failLaunch?: boolean }) {
+  /** `claimant`: wired as the fleet wires a process that runs the outbox and launch roles too (ADR 0019). */
+  async function run(options: { failDispatch?: boolean; failLaunch?: boolean; claimant?: boolean }) {
     const { ws, res, effects, job } = await readyForSession();
     const log = silentLogger();
     const launchDeps = {
@@ -155,9 +159,9 @@ describe('in-place outbox delivery and launch after Complete', () => {
       workerId: 'inline-worker',
       leaseMs: 30_000,
     };
-    const launchInPlace = async (launch: LaunchJob) => {
+    const launchInPlace = async (launch: LaunchJob, mark?: OutboxMark, taken?: DispatchClaim) => {
       if (options.failLaunch) throw new Error('in-place launch broke');
-      return processLaunchJob(launchDeps, launch);
+      return processLaunchJob(launchDeps, launch, mark, taken);
     };
     const outboxDeps = { db: t.db, queues, log, metrics: null };
     const complete: CompleteWorkerDeps = {
@@ -166,10 +170,11 @@ describe('in-place outbox delivery and launch after Complete', () => {
       log,
       metrics: null,
       workerId: 'inline-worker',
-      dispatchInPlace: async (workspaceId) => {
+      dispatchInPlace: async (workspaceId, operationId, prefetched, taken) => {
         if (options.failDispatch) throw new Error('in-place dispatch broke');
-        return processOutboxJob(outboxDeps, { workspaceId }, { launchInPlace });
+        return processOutboxJob(outboxDeps, { workspaceId, operationId }, { launchInPlace, taken }, prefetched);
       },
+      claimant: options.claimant ? { owner: 'inline-worker', leaseMs: 30_000 } : undefined,
     };
     const deps = workerDeps(effects, 'inline-worker', { complete });
     const outboxBefore = await waiting(OUTBOX_QUEUE);
@@ -187,23 +192,43 @@ describe('in-place outbox delivery and launch after Complete', () => {
       "creation_operation_id = ? AND state = 'succeeded'",
       [res.operationId],
     );
+    const [claim] = await sql<{ generation: number }>(
+      t.db,
+      'SELECT generation FROM task_launch_dispatch_claims WHERE creation_operation_id = ?',
+      [res.operationId],
+    );
     return {
       delivered,
       launched,
+      generation: claim === undefined ? null : Number(claim.generation),
       outboxJobs: (await waiting(OUTBOX_QUEUE)) - outboxBefore,
       launchJobs: (await waiting(LAUNCH_QUEUE)) - launchBefore,
       completed: await count(t.db, 'task_creation_operations', "id = ? AND state = 'completed'", [res.operationId]),
     };
   }
 
+  /** Delivered and launched in the same pass, under the first claim: no outbox or launch job. */
+  const LAUNCHED_IN_PLACE = { delivered: 1, launched: 1, generation: 1, outboxJobs: 0, launchJobs: 0, completed: 1 };
+
   it('delivers task.created and launches the agent in the same pass: no outbox or launch job', async () => {
-    expect(await run({})).toEqual({ delivered: 1, launched: 1, outboxJobs: 0, launchJobs: 0, completed: 1 });
+    expect(await run({})).toEqual(LAUNCHED_IN_PLACE);
+  });
+
+  // The launch in place runs under the claim phase B took: a claim of its own (inserted `planned`) fails here.
+  it('with the launch role, phase B takes the claim and the launch in place starts under it', async () => {
+    const ownClaim = await deadlockOn(t.db, 'task_launch_dispatch_claims', 'INSERT', "NEW.state = 'planned'");
+    try {
+      expect(await run({ claimant: true })).toEqual(LAUNCHED_IN_PLACE);
+    } finally {
+      await ownClaim.drop();
+    }
   });
 
   it('a failing in-place delivery queues the dispatcher wake-up; the event stays undelivered for it', async () => {
     expect(await run({ failDispatch: true })).toEqual({
       delivered: 0,
       launched: 0,
+      generation: null,
       outboxJobs: 1,
       launchJobs: 0,
       completed: 1,
@@ -214,6 +239,7 @@ describe('in-place outbox delivery and launch after Complete', () => {
     expect(await run({ failLaunch: true })).toEqual({
       delivered: 1,
       launched: 0,
+      generation: null,
       outboxJobs: 0,
       launchJobs: 1,
       completed: 1,

@@ -29,27 +29,15 @@ import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
+import { backdateClaim, launchLeftovers } from '../support/launch';
 
 const t = useTestDb();
 const redis = new Redis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: null });
-const keys: string[] = [];
-const queueSets: QueueSet[] = [];
+const left = launchLeftovers();
 
 afterEach(async () => {
   disarmAll();
-  for (const key of keys.splice(0)) {
-    for (const pid of findDispatchProcesses(key) ?? []) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-  for (const q of queueSets.splice(0)) {
-    for (const queue of q.all()) await queue.obliterate({ force: true });
-    await q.close();
-  }
+  await left.clear();
 });
 afterAll(async () => {
   await redis.quit();
@@ -72,7 +60,7 @@ async function completedLaunch(command: string[]) {
   expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
   const sessionId = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'launch_intent')!.step_key;
   const key = dispatchIdempotencyKey(res.operationId, sessionId);
-  keys.push(key);
+  left.keys.push(key);
   const executor = new LocalProcessExecutor(join(ws.dataDir, 'runtime'));
   const worker = (workerId: string, exec: Executor = executor): LaunchWorkerDeps => ({
     db: t.db,
@@ -88,7 +76,7 @@ async function completedLaunch(command: string[]) {
   const starts = () =>
     (existsSync(startsFile) ? readFileSync(startsFile, 'utf8').split('\n').filter(Boolean) : []).length;
   const queues = new QueueSet(redis, `tl-dispatch-${randomUUID()}`);
-  queueSets.push(queues);
+  left.queueSets.push(queues);
   const recover = (log = silentLogger()) =>
     recoverLaunchDispatches({ db: t.db, queues, log, actor: 'reaper:test', executor, workspaceId: ws.workspaceId });
   return { ws, res, sessionId, key, executor, worker, job, starts, queues, recover };
@@ -108,12 +96,7 @@ async function sessionState(sessionId: string): Promise<string> {
   return row!.state;
 }
 
-const backdateClaim = (operationId: string) =>
-  sql(
-    t.db,
-    `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${t.db.dialect === 'postgres' ? "now() - interval '1 minute'" : 'NOW(3) - INTERVAL 1 MINUTE'} WHERE creation_operation_id = ? AND state = 'running'`,
-    [operationId],
-  );
+const backdate = (operationId: string) => backdateClaim(t.db, operationId);
 
 /** Polls a condition with no deadline of its own (the test timeout bounds it). */
 async function until(cond: () => boolean): Promise<void> {
@@ -145,7 +128,7 @@ describe('launch-dispatch recovery', () => {
     // A live lease is never expired or observed.
     expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 0, expired: 0, woken: 0, exhausted: 0 });
 
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover()).toEqual({ reconciled: 0, retried: 1, left: 0, expired: 1, woken: 1, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({
       state: 'retry_wait',
@@ -181,7 +164,7 @@ describe('launch-dispatch recovery', () => {
     expect(pid).toBeDefined();
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'running', generation: 1 });
 
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover()).toEqual({ reconciled: 1, retried: 0, left: 0, expired: 1, woken: 0, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'succeeded', generation: 1, error_code: null });
     expect(await sessionState(s.sessionId)).toBe('running');
@@ -215,7 +198,7 @@ describe('launch-dispatch recovery', () => {
       'worker died',
     );
     await until(() => existsSync(s.executor.exitPath(s.sessionId)));
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover()).toMatchObject({ reconciled: 1, retried: 0, left: 0, expired: 1 });
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'succeeded', generation: 1 });
     expect(await sessionState(s.sessionId)).toBe('stopped');
@@ -236,7 +219,7 @@ describe('launch-dispatch recovery', () => {
     // The exit watcher died with its worker before writing the exit record.
     rmSync(s.executor.exitPath(s.sessionId));
     await until(() => (findDispatchProcesses(s.key) ?? []).length === 0);
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover()).toMatchObject({ reconciled: 1, retried: 0, left: 0, expired: 1 });
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'succeeded', generation: 1 });
     expect(await sessionState(s.sessionId)).toBe('stopped');
@@ -248,7 +231,7 @@ describe('launch-dispatch recovery', () => {
     const s = await completedLaunch(LONG_AGENT);
     crashAtClaim();
     await expect(processLaunchJob(s.worker('doomed'), s.job)).rejects.toBeInstanceOf(FailpointError);
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover()).toMatchObject({ retried: 1 });
     const before = await claimRow(s.res.operationId);
     expect(before).toMatchObject({ state: 'retry_wait', generation: 2 });
@@ -272,7 +255,7 @@ describe('launch-dispatch recovery', () => {
         kind: 'call',
         fn: async () => {
           // While the first worker is paused: its lease expires, recovery retries, a second worker launches.
-          await backdateClaim(s.res.operationId);
+          await backdate(s.res.operationId);
           expect(await s.recover()).toMatchObject({ expired: 1, retried: 1 });
           second = await processLaunchJob(s.worker('second'), { ...s.job, generation: 2 });
         },
@@ -334,7 +317,7 @@ describe('launch-dispatch recovery', () => {
       s.executor.markerPath(s.sessionId),
       canonicalJson({ idempotency_key: s.key, session_id: s.sessionId, generation: 1, state: 'starting', pid: null }),
     );
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     const lines: string[] = [];
     const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
     expect(await s.recover(log)).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0, exhausted: 0 });
@@ -363,7 +346,7 @@ describe('launch-dispatch recovery', () => {
       'worker died',
     );
     await until(() => s.starts() >= 1);
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     // This reaper observes the runtime; meanwhile the other process's reaper reconciles the same claim.
     let other: Awaited<ReturnType<typeof s.recover>> | undefined;
     const racing: Executor = {
@@ -400,7 +383,7 @@ describe('launch-dispatch recovery', () => {
     crashAtClaim();
     const elsewhere = { ...s.worker('unused'), workerId: 'another-host:4242:abcd' };
     await expect(processLaunchJob(elsewhere, s.job)).rejects.toBeInstanceOf(FailpointError);
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover()).toEqual({ reconciled: 0, retried: 0, left: 1, expired: 1, woken: 0, exhausted: 0 });
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'unknown', generation: 1 });
     // The Store refuses a forged proof from this host too, with zero writes.
@@ -424,7 +407,7 @@ describe('launch-dispatch recovery', () => {
     const s = await completedLaunch(LONG_AGENT);
     crashAtClaim();
     await expect(processLaunchJob(s.worker('doomed'), s.job)).rejects.toBeInstanceOf(FailpointError);
-    await backdateClaim(s.res.operationId);
+    await backdate(s.res.operationId);
     expect(await s.recover(silentLogger())).toMatchObject({ expired: 1, retried: 1 });
     // Back to unknown, now fenced by a deletion operation: only transfer may touch it.
     await sql(

@@ -12,6 +12,7 @@
  * after Complete phase B (before the dispatcher is woken), through a real
  * in-process fleet whose reaper sweep is the only healer. Both dialects.
  */
+import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
@@ -33,6 +34,8 @@ import type { Db } from '../../src/db/tx';
 import { count, sql, useTestDb } from '../support/db';
 import { begin } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
+import { backdateClaim } from '../support/launch';
+import { LocalProcessExecutor } from '../../src/launch/executor';
 import { loadStep, stageAttachmentFiles } from '../steps/support';
 import { startWorld, waitFor, type FleetWorld } from '../fleet/support';
 
@@ -397,6 +400,8 @@ describe('crashes around the coordinator, healed by the reaper sweep alone', () 
       log: silentLogger(),
       actor: 'reaper:matrix',
       workspaceId: world.ws.workspaceId,
+      // The fleet's own executor directory: dispatch recovery observes the agents the fleet started.
+      executor: new LocalProcessExecutor(join(world.config.dataDir, 'runtime')),
     });
 
   /** Each creation links its own pull request: a contribution already associated with another task is a conflict. */
@@ -483,14 +488,22 @@ describe('crashes around the coordinator, healed by the reaper sweep alone', () 
     expect(failpointHits('after_complete_before_outbox_delivery')).toBe(1);
     const taskId = res.body.task.id as string;
     const operationId = res.body.operation_id as string;
-    // Nothing woke the dispatcher: the event is undelivered and no launch was dispatched.
+    // Nothing woke the dispatcher: the event is undelivered and nothing was started. Phase B took the launch's
+    // claim for the worker (ADR 0019): it stays `running` under that worker's lease, which the crash ends.
     const [event] = await sql<{ delivered_at: Date | null; created_at: Date }>(
       t.db,
       "SELECT delivered_at, created_at FROM event_outbox WHERE task_id = ? AND type = 'task.created'",
       [taskId],
     );
     expect(event!.delivered_at).toBeNull();
-    expect(await count(t.db, 'task_launch_dispatch_claims', 'task_id = ?', [taskId])).toBe(0);
+    const claimsOf = () =>
+      sql<{ state: string; generation: number }>(
+        t.db,
+        'SELECT state, generation FROM task_launch_dispatch_claims WHERE task_id = ?',
+        [taskId],
+      );
+    expect((await claimsOf()).map((c) => [c.state, Number(c.generation)])).toEqual([['running', 1]]);
+    expect(await count(t.db, 'executors_running', 'task_id = ?', [taskId])).toBe(0);
 
     const report = await sweep();
     expect(report.wakeups).toBeGreaterThanOrEqual(1);
@@ -499,6 +512,11 @@ describe('crashes around the coordinator, healed by the reaper sweep alone', () 
       async () => (await count(t.db, 'event_outbox', 'task_id = ? AND delivered_at IS NOT NULL', [taskId])) === 1,
       30_000,
     );
+    // The delivery leaves the claim to its lease; once it has run out, the sweep's dispatch recovery proves that
+    // nothing was started and retries the launch.
+    expect((await claimsOf()).map((c) => c.state)).toEqual(['running']);
+    await backdateClaim(t.db, operationId);
+    await sweep();
     const claim = await waitFor(
       'the launch dispatch claim to settle',
       async () =>
@@ -511,7 +529,9 @@ describe('crashes around the coordinator, healed by the reaper sweep alone', () 
         )[0],
       45_000,
     );
-    expect(claim).toMatchObject({ state: 'succeeded', error_code: null });
+    // Retried once from no-dispatch proof (generation 2), then claimed and started (3).
+    expect(claim).toMatchObject({ state: 'succeeded', error_code: 'no_dispatch_proven' });
+    expect((await claimsOf()).map((c) => Number(c.generation))).toEqual([3]);
     expect(new Date(claim.created_at).getTime()).toBeGreaterThanOrEqual(new Date(event!.created_at).getTime());
     // A second sweep finds nothing undelivered; still exactly one task.created and one dispatch claim.
     await sweep();

@@ -9,6 +9,9 @@ import { LocalProcessExecutor } from '../../src/launch/executor';
 import { processLaunchJob } from '../../src/launch/launch-worker';
 import type { OutboxMark } from '../../src/store/outbox-mark';
 import { silentLogger } from '../../src/log';
+import type { QueueSet } from '../../src/coordinator/queues';
+import { findDispatchProcesses } from '../../src/launch/dispatch-processes';
+import { sql } from './db';
 
 export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 'test-launcher', mark?: OutboxMark) {
   return processLaunchJob(
@@ -25,3 +28,39 @@ export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 't
     mark,
   );
 }
+
+/**
+ * What a launch test leaves behind: agents started under dispatch keys and BullMQ queue sets. `afterEach(left.clear)`
+ * stops every process carrying a key and removes the queues.
+ */
+export function launchLeftovers() {
+  const keys: string[] = [];
+  const queueSets: QueueSet[] = [];
+  return {
+    keys,
+    queueSets,
+    async clear(): Promise<void> {
+      for (const key of keys.splice(0)) {
+        for (const pid of findDispatchProcesses(key) ?? []) {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            // already gone
+          }
+        }
+      }
+      for (const q of queueSets.splice(0)) {
+        for (const queue of q.all()) await queue.obliterate({ force: true });
+        await q.close();
+      }
+    },
+  };
+}
+
+/** Moves the lease of an operation's `running` dispatch claim a minute into the past (a worker that died). */
+export const backdateClaim = (db: Db, operationId: string) =>
+  sql(
+    db,
+    `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${db.dialect === 'postgres' ? "now() - interval '1 minute'" : 'NOW(3) - INTERVAL 1 MINUTE'} WHERE creation_operation_id = ? AND state = 'running'`,
+    [operationId],
+  );
