@@ -147,8 +147,23 @@ describe('inline launch intent and Complete', () => {
 
 describe('in-place outbox delivery and launch after Complete', () => {
   /** `claimant`: wired as the fleet wires a process that runs the outbox and launch roles too (ADR 0019). */
-  async function run(options: { failDispatch?: boolean; failLaunch?: boolean; claimant?: boolean }) {
+  async function run(options: {
+    failDispatch?: boolean;
+    failLaunch?: boolean;
+    claimant?: boolean;
+    /** A launch claim of its own (inserted `planned`) for this creation fails, as a deadlock would. */
+    noOwnClaim?: boolean;
+  }) {
     const { ws, res, effects, job } = await readyForSession();
+    // Scoped to this creation: the database is shared with the other test files running meanwhile.
+    const ownClaim = options.noOwnClaim
+      ? await deadlockOn(
+          t.db,
+          'task_launch_dispatch_claims',
+          'INSERT',
+          `NEW.state = 'planned' AND NEW.creation_operation_id = '${res.operationId}'`,
+        )
+      : undefined;
     const log = silentLogger();
     const launchDeps = {
       db: t.db,
@@ -179,7 +194,11 @@ describe('in-place outbox delivery and launch after Complete', () => {
     const deps = workerDeps(effects, 'inline-worker', { complete });
     const outboxBefore = await waiting(OUTBOX_QUEUE);
     const launchBefore = await waiting(LAUNCH_QUEUE);
-    expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
+    try {
+      expect(await processStepJob(deps, job, 'test-job')).toBe('succeeded');
+    } finally {
+      await ownClaim?.drop();
+    }
     const delivered = await count(
       t.db,
       'event_outbox',
@@ -216,12 +235,7 @@ describe('in-place outbox delivery and launch after Complete', () => {
 
   // The launch in place runs under the claim phase B took: a claim of its own (inserted `planned`) fails here.
   it('with the launch role, phase B takes the claim and the launch in place starts under it', async () => {
-    const ownClaim = await deadlockOn(t.db, 'task_launch_dispatch_claims', 'INSERT', "NEW.state = 'planned'");
-    try {
-      expect(await run({ claimant: true })).toEqual(LAUNCHED_IN_PLACE);
-    } finally {
-      await ownClaim.drop();
-    }
+    expect(await run({ claimant: true, noOwnClaim: true })).toEqual(LAUNCHED_IN_PLACE);
   });
 
   it('a failing in-place delivery queues the dispatcher wake-up; the event stays undelivered for it', async () => {

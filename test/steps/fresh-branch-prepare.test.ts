@@ -185,7 +185,14 @@ describe('fresh_branch_prepare perform', () => {
     git(s.ws.repoPath, 'worktree', 'add', '-q', '-b', s.req.branch, s.path, s.req.base_commit);
     const gitDir = git(s.path, 'rev-parse', '--absolute-git-dir').trim();
     writeFileSync(join(gitDir, WORKTREE_MARKER_FILE), markerFileText(s.req, s.owner));
-    expect(await freshBranchPrepareHandler.perform(s.deps, s.claim, noHeartbeat)).toBe('succeeded');
+    const outcome = await freshBranchPrepareHandler.perform(s.deps, s.claim, noHeartbeat);
+    // With the step's error beside it: an outcome other than success says why (a CI run met `unknown` once).
+    const st = await stepState(t.db, s.claim.stepId);
+    expect({ outcome, error: st.error_code, evidence: st.evidence?.effect }).toEqual({
+      outcome: 'succeeded',
+      error: null,
+      evidence: 'present_exact',
+    });
   });
 
   it('a worktree without the marker (crash before the marker was written) is unknown and left alone', async () => {

@@ -117,7 +117,8 @@ describe('ledger-only steps of one operation in one transaction', () => {
     async (table, column, value, message) => {
       const s = await setup();
       const before = await s.snap();
-      const fault = await rewriteOn(t.db, table, 'INSERT', column, value);
+      // Scoped to this test's task: the database is shared with the other test files running meanwhile.
+      const fault = await rewriteOn(t.db, table, 'INSERT', column, value, `NEW.task_id = '${s.c.taskId}'`);
       try {
         await expect(s.batch('session_prepare', 'w1', KINDS, true)).rejects.toThrow(message);
       } finally {
@@ -213,7 +214,7 @@ describe('ledger-only steps of one operation in one transaction', () => {
       'UPDATE',
       'evidence_json',
       concat,
-      "NEW.state = 'armed'",
+      `NEW.state = 'armed' AND NEW.operation_id = '${s.c.operationId}'`,
     );
     try {
       const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);

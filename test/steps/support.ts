@@ -157,6 +157,11 @@ export async function driveWithHandlers(db: Db, auth: OperationAuthority, operat
       'w1',
     );
     states[row.kind] = await handler.perform(deps, claim, noHeartbeat);
+    if (row.kind !== 'launch_intent' && states[row.kind] !== 'succeeded') {
+      // Said here, with the step's own error: the launch intent's claim would only refuse without a reason.
+      const st = await stepState(db, claim.stepId);
+      throw new Error(`${row.kind} ended ${states[row.kind]}: ${st.error_code} ${JSON.stringify(st.evidence)}`);
+    }
   }
   return states;
 }

@@ -7,6 +7,9 @@
  *   (`retry_exhausted`: a database fault, not a ledger answer); `off()` ends
  *   the fault, `drop()` removes the trigger;
  * - `rewriteOn`: the row a command writes is not the row it reads back.
+ * A trigger acts on every session's writes: the database is shared by the
+ * test files that run at the same time, so `when` must name the test's own
+ * rows (its task, its operation), or another file's creations meet the fault.
  */
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../src/db/tx';
@@ -73,7 +76,8 @@ export async function rewriteOn(
   event: 'INSERT' | 'UPDATE',
   column: string,
   value: string,
-  when = '1 = 1',
+  /** Which rows: name the test's own (its task or operation). The database is shared by the test files running at once. */
+  when: string,
 ) {
   const name = `tl_rewrite_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
   const drop = await rowTrigger(
