@@ -40,6 +40,18 @@ export interface StepJob {
    * which is harmless (same idempotency key, a new claim generation).
    */
   generation: number;
+  /** What the sender knew of the operation (the first wake-ups, from Begin's own result): a hint (ADR 0020). */
+  hint?: OperationHint;
+}
+/**
+ * The operation's workspace and task, and whether the task has an external ID, as the process that ran Begin knew
+ * them. A worker's first transaction takes its first locks by it instead of reading them first; the guard checks it
+ * against the operation and task rows under their locks and restarts with a read when they differ (ADR 0020).
+ */
+export interface OperationHint {
+  workspaceId: string;
+  taskId: string;
+  externalId: boolean;
 }
 export interface CompleteJob {
   operationId: string;

@@ -121,7 +121,12 @@ export function makeCreateTask(deps: CreateDeps): CreateTaskFn {
       operationId: res.operationId,
       workspaceId: res.task.workspace_id,
     });
-    await enqueuePlanned(deps.queues, res.operationId, res.steps);
+    // With what Begin knows of the operation: the worker's first transaction need not read it first (ADR 0020).
+    await enqueuePlanned(deps.queues, res.operationId, res.steps, {
+      workspaceId: res.task.workspace_id,
+      taskId: res.task.id,
+      externalId: res.task.external_id !== null,
+    });
     const op = await waitForEnd(deps.db, deps.queues.creationEvents, res.operationId, started + waitMs);
     // The task as the last look saw it (Begin's view when no look was made, or the row is gone).
     const task = op?.task ?? res.task;

@@ -13,7 +13,14 @@
  * `planned` for the next call or the sweep. Right after Begin,
  * `enqueuePlanned` sends the same first wake-ups from the rows Begin wrote.
  */
-import { completeJobId, COMPLETE_QUEUE, stepJobId, type CompleteJob, type StepJob } from '../../queues/names';
+import {
+  completeJobId,
+  COMPLETE_QUEUE,
+  stepJobId,
+  type CompleteJob,
+  type OperationHint,
+  type StepJob,
+} from '../../queues/names';
 import { readRows, type Db } from '../db/tx';
 import { LEDGER_ONLY_KINDS, type StepKind } from '../domain/vocab';
 import type { PlannedStep } from '../store/types';
@@ -51,6 +58,8 @@ export interface EnqueueOptions {
   keepComplete?: boolean;
   /** Recovery re-sends: a failed job holding the same ID is removed first (`addWakeup`). */
   replaceFailed?: boolean;
+  /** Sent with each step wake-up (the first ones, from Begin's result): ADR 0020. */
+  hint?: OperationHint;
 }
 
 export async function enqueueRunnable(
@@ -81,6 +90,8 @@ export async function enqueuePlanned(
   queues: QueueSet,
   operationId: string,
   planned: readonly PlannedStep[],
+  /** What Begin knew of the operation, sent with each wake-up (ADR 0020). */
+  hint?: OperationHint,
 ): Promise<EnqueueSummary> {
   const steps: RunnableRow[] = planned.map((s) => ({
     ...s,
@@ -89,7 +100,7 @@ export async function enqueuePlanned(
     compensation_state: 'none',
     delay_ms: 0,
   }));
-  return sendRunnable(queues, operationId, 'preparing', steps, {});
+  return sendRunnable(queues, operationId, 'preparing', steps, { hint });
 }
 
 async function sendRunnable(
@@ -133,6 +144,7 @@ async function sendRunnable(
       kind: s.kind,
       stepKey: s.step_key,
       generation: Number(s.generation),
+      ...(options.hint ? { hint: options.hint } : {}),
     };
     const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
     if (delay === 0 && options.keep?.(job)) kept.push(job);

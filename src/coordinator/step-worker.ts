@@ -23,6 +23,7 @@ import { recoverUntilSettled } from '../runtime/recover';
 import { claimAndApplyLedgerStep, claimAndApplyLedgerSteps, type LedgerKinds } from '../store/ledger-step';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim } from '../store/types';
+import { hintOperation } from '../store/operation-guard';
 import { stepJobId, type StepJob } from '../../queues/names';
 import { processCompleteJob, type CompleteWorkerDeps } from './complete-worker';
 import { enqueueRunnable } from './enqueue';
@@ -73,6 +74,8 @@ export async function processStepJob(
     return true;
   };
 
+  // Begin's own knowledge of the operation, checked by the guard under its locks (ADR 0020).
+  if (job.hint) hintOperation(job.operationId, job.hint);
   let state: StepState;
   let failed = false;
   // The batch armed the launch intent, which it does only once every other step succeeded: Complete is due.

@@ -51,11 +51,20 @@ export function driverErrorOf(err: unknown): DriverError {
 }
 
 /**
+ * Thrown inside a transaction to roll it back and run the whole command again from tier 1 (as after a deadlock):
+ * the locks it chose were chosen from a hint that its locked reads contradicted (ADR 0020). Nothing it did stays.
+ */
+export class RestartCommand extends Error {
+  override readonly name = 'RestartCommand';
+}
+
+/**
  * PG 40001 serialization, 40P01 deadlock, 55P03 lock not available, and an error src/db/pg-prepared.ts marked
  * `preparedRestart` (a prepared statement that was missing, already there, or could not be prepared: the next
  * attempt runs without it); MySQL 1213 deadlock, 1205 lock wait timeout, 3572 NOWAIT.
  */
 export function isRetryableError(err: unknown): boolean {
+  if (err instanceof RestartCommand) return true;
   const d = driverErrorOf(err);
   if (d.code === '40001' || d.code === '40P01' || d.code === '55P03') return true;
   if (d.preparedRestart === true) return true;

@@ -18,6 +18,7 @@ import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { OperationState, StartPolicy } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
+import { RestartCommand } from '../db/dialect';
 import { lockAuthorityLocked } from './actor';
 import { deepFreeze, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
@@ -149,6 +150,11 @@ interface OperationPeek {
   externalIdAbsent: boolean;
   /** The plan as this process last verified it under the operation's lock (for `ChainAhead.ownTaskOnly`). */
   plan?: CreationPlan;
+  /**
+   * From a wake-up's hint (`hintOperation`), not yet checked under a lock: no actor (the handle path reads), and the
+   * guard restarts the command when the locked rows contradict it.
+   */
+  hinted?: boolean;
 }
 
 /** Why 4096: one entry per operation a process touched recently; a few hundred bytes each. */
@@ -156,14 +162,43 @@ const PEEK_CAPACITY = 4096;
 const peekMemo = new Map<string, OperationPeek>();
 
 /**
+ * What the process that ran Begin knew of a new operation, sent with its first
+ * wake-ups (ADR 0020): the first guard of this process takes its locks by it
+ * instead of reading first, and checks it under those locks — the operation
+ * row's workspace and task (here), the task row's external ID
+ * (`lockTaskChainLocked`). A contradiction restarts the command with a read
+ * (`RestartCommand`): a wrong hint costs a restart, never a lock kept.
+ */
+export function hintOperation(
+  operationId: string,
+  hint: { workspaceId: string; taskId: string; externalId: boolean },
+): void {
+  if (peekMemo.has(operationId)) return;
+  peekMemo.set(operationId, {
+    workspace_id: hint.workspaceId,
+    task_id: hint.taskId,
+    actor_json: '',
+    actor: null,
+    externalIdAbsent: !hint.externalId,
+    hinted: true,
+  });
+  if (peekMemo.size > PEEK_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
+}
+
+/**
  * The operation's workspace and actor document, read before any lock to learn
  * which workspace and authority to lock first. Both columns are immutable
  * after Begin, so a process remembers them; the locked read below re-checks
  * them byte for byte, so a remembered value can never stand in for a changed row.
  */
-async function peekOperation(tx: Tx, operationId: string): Promise<OperationPeek | undefined> {
+async function peekOperation(
+  tx: Tx,
+  operationId: string,
+  /** A hint will do (an operation authority: no authority lock needs the actor before the operation's). */
+  hintDoes: boolean,
+): Promise<OperationPeek | undefined> {
   const known = peekMemo.get(operationId);
-  if (known !== undefined) return known;
+  if (known !== undefined && (hintDoes || !known.hinted)) return known;
   const row = await tx.one<{ workspace_id: string; task_id: string; actor_json: string; no_external_id: unknown }>(
     `SELECT o.workspace_id, o.task_id, o.actor_json,
             CASE WHEN t.id IS NOT NULL AND t.external_id IS NULL THEN 1 ELSE 0 END AS no_external_id
@@ -256,7 +291,7 @@ export async function guardOperationLocked(
   options: GuardOptions = {},
 ): Promise<GuardedOperation> {
   const operationId = operationIdOf(auth);
-  const peek = await peekOperation(tx, operationId);
+  const peek = await peekOperation(tx, operationId, auth.kind !== 'handle');
   if (!peek) {
     if (auth.kind === 'handle') {
       throw new ConflictError('handle_mismatch', 'no creation operation matches this handle', {
@@ -300,6 +335,11 @@ export async function guardOperationLocked(
   }
   const first = await tx.batchAhead(together ? [wsLock, ...stepLock, opLock] : [wsLock], together ? next : []);
   const ws = first[0]?.rows[0] as { state: string } | undefined;
+  if (!ws && peek.hinted) {
+    // The wake-up's hint named a workspace that does not exist: start over with a read.
+    peekMemo.delete(operationId);
+    throw new RestartCommand(`operation ${operationId}: its wake-up's hint names no workspace`);
+  }
   if (!ws) {
     throw new ConflictError('creation_state_conflict', 'the workspace of this operation no longer exists', {
       operation_id: operationId,
@@ -335,7 +375,15 @@ export async function guardOperationLocked(
   }
   if (fence) checkRecoveryFence(raw as unknown as Record<string, unknown>, operationId, fence);
   const op = normalizeOp(raw);
-  if (op.workspace_id !== peek.workspace_id || op.task_id !== peek.task_id || op.actor_json !== peek.actor_json) {
+  if (peek.hinted && (op.workspace_id !== peek.workspace_id || op.task_id !== peek.task_id)) {
+    // The wake-up's hint named another workspace or task: the locks taken by it are the wrong ones. Start over.
+    peekMemo.delete(operationId);
+    throw new RestartCommand(`operation ${operationId}: its wake-up's hint does not match the locked row`);
+  }
+  if (
+    !peek.hinted &&
+    (op.workspace_id !== peek.workspace_id || op.task_id !== peek.task_id || op.actor_json !== peek.actor_json)
+  ) {
     // Both columns are immutable; a difference means the row was rewritten. Nothing is reused.
     peekMemo.delete(operationId);
     throw new ConflictError('handle_mismatch', 'the operation row changed while it was being locked', {
@@ -343,6 +391,13 @@ export async function guardOperationLocked(
     });
   }
   const { plan, actor } = verifyStoredBindings(op);
+  if (peek.hinted) {
+    // Checked under the operation's lock: from now on a peek like any other (the task's external ID is checked
+    // when its row is locked, lockTaskChainLocked).
+    peek.hinted = false;
+    peek.actor_json = op.actor_json;
+    peek.actor = actor;
+  }
   peek.plan = plan;
   if (auth.kind === 'handle') {
     const h = auth.handle;
@@ -428,6 +483,11 @@ export async function lockTaskChainLocked(
   const row = results[at]?.rows[0] as
     | (Omit<TaskLockRow, 'awaits_blockers' | 'wip_admitted'> & { awaits_blockers: unknown; wip_admitted: unknown })
     | undefined;
+  if (options.externalIdKey && options.externalIdAbsent === true && row != null && row.external_id !== null) {
+    // Its key (5.1) was skipped on a fact that does not hold (a wake-up's hint, ADR 0020): start over with a read.
+    peekMemo.delete(op.id);
+    throw new RestartCommand(`task ${op.task_id}: holds an external ID its key lock was skipped for`);
+  }
   return {
     task: row && {
       ...row,

@@ -523,7 +523,7 @@ describe('crashes around the coordinator, healed by the reaper sweep alone', () 
         (
           await sql<{ state: string; created_at: Date; error_code: string | null }>(
             t.db,
-            "SELECT state, created_at, error_code FROM task_launch_dispatch_claims WHERE task_id = ? AND state NOT IN ('planned', 'running')",
+            "SELECT state, created_at, error_code FROM task_launch_dispatch_claims WHERE task_id = ? AND state NOT IN ('planned', 'running', 'retry_wait')",
             [taskId],
           )
         )[0],
