@@ -12,15 +12,13 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { StepKind } from '../../src/domain/vocab';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
-import type { StepHandler } from '../../src/kinds/contract';
-import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
 import { countRoundTrips } from '../support/round-trips';
 import { rewriteOn } from '../support/db-faults';
 import { expectTyped, stepRows } from '../support/ledger';
-import { createTask, effectSnapshot, expectRecordedInOneClaim, loadStep, seedWithFiles } from './support';
+import { createGroupTask, effectSnapshot, expectRecordedInOneClaim, loadStep, LEDGER_KINDS } from './support';
 
 const t = useTestDb();
 
@@ -41,19 +39,12 @@ afterEach(() => {
  */
 const ROUND_TRIPS = { postgres: 9, mysql: 9 };
 
-const KINDS: LedgerKinds = {};
-for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
-  if (h.applyInClaim && h.applyLocks) KINDS[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
-}
+const KINDS = LEDGER_KINDS;
 
 async function setup(body: Record<string, unknown> = {}) {
-  const { ws } = await seedWithFiles(t.db);
-  const c = await createTask(t.db, ws, {
-    start_agent: true,
-    agent_profile_id: ws.agentProfileId,
-    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
-    ...(body.attachments === true ? { attachments: ws.attachmentIds } : {}),
-  });
+  const { c } = await createGroupTask(t.db, (ws) =>
+    body.attachments === true ? { attachments: ws.attachmentIds } : {},
+  );
   const rows = await stepRows(t.db, c.operationId);
   const batch = (kind: StepKind, owner = 'w1', kinds: LedgerKinds = KINDS, phaseA = false) => {
     const row = rows.find((r) => r.kind === kind)!;

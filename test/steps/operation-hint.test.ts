@@ -10,14 +10,12 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { StepKind } from '../../src/domain/vocab';
-import type { StepHandler } from '../../src/kinds/contract';
-import { defaultStepHandlers } from '../../src/kinds/registry';
-import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
+import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
 import { hintOperation } from '../../src/store/operation-guard';
 import { useTestDb } from '../support/db';
 import { countRoundTrips } from '../support/round-trips';
 import { stepRows } from '../support/ledger';
-import { createTask, seedWithFiles } from './support';
+import { createGroupTask, seedWithFiles, LEDGER_KINDS } from './support';
 
 const t = useTestDb();
 
@@ -25,19 +23,10 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-const KINDS: LedgerKinds = {};
-for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
-  if (h.applyInClaim && h.applyLocks) KINDS[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
-}
+const KINDS = LEDGER_KINDS;
 
 async function setup(body: Record<string, unknown> = {}) {
-  const { ws } = await seedWithFiles(t.db);
-  const c = await createTask(t.db, ws, {
-    start_agent: true,
-    agent_profile_id: ws.agentProfileId,
-    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
-    ...body,
-  });
+  const { ws, c } = await createGroupTask(t.db, () => body);
   const rows = await stepRows(t.db, c.operationId);
   /** The ledger batch with Complete's phase A (which takes the external-ID key), counting its round trips. */
   const batch = async () => {

@@ -21,6 +21,8 @@ import { freshBranchPrepareHandler } from '../../src/kinds/fresh-branch-prepare/
 import { launchIntentHandler } from '../../src/kinds/launch-intent/step';
 import { sessionPrepareHandler } from '../../src/kinds/session-prepare/step';
 import type { EffectDeps, StepHandler } from '../../src/kinds/contract';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import type { LedgerKinds } from '../../src/store/ledger-step';
 import { workspaceAttachmentHandler } from '../../src/kinds/workspace-attachment/step';
 import { stagedAttachmentPath } from '../../src/storage/paths';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
@@ -189,4 +191,25 @@ export async function expectRecordedInOneClaim(db: Db, claim: StepClaim, outcome
   expect(() => validateStepEvidence(evidence)).not.toThrow();
   expect(evidence.effect).toBe('present_exact');
   expect(step.evidence_sha256).toBe(evidenceHash(evidence));
+}
+
+/** Every kind whose handler can join a ledger batch (store/ledger-step.ts), as a fleet worker passes them. */
+export const LEDGER_KINDS: LedgerKinds = {};
+for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
+  if (h.applyInClaim && h.applyLocks) LEDGER_KINDS[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
+}
+
+/**
+ * A task with an agent in its workspace's shared group (staged files seeded): its workspace attachment, session
+ * and launch intent are ledger-only steps. `extra` adds to the create body.
+ */
+export async function createGroupTask(db: Db, extra: (ws: SeededWorkspace) => Record<string, unknown> = () => ({})) {
+  const { ws } = await seedWithFiles(db);
+  const c = await createTask(db, ws, {
+    start_agent: true,
+    agent_profile_id: ws.agentProfileId,
+    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
+    ...extra(ws),
+  });
+  return { ws, c };
 }
