@@ -9,8 +9,10 @@
  * Preloaded (`--import`), it wraps `net.Socket#_writeGeneric`: every write
  * to port 5432 is one round trip's request (pg corks a parameterized query's
  * messages into one write; a batch or a simple query is one write). It keys
- * each by the statement's first characters and writes `<dir>/<pid>.json`
- * every second and at exit. Diagnostic only: nothing in taskledger loads it.
+ * each by its statements' first characters — an `EXECUTE` by the statement
+ * its `PREPARE` named, so a round trip's key says what it carried — and
+ * writes `<dir>/<pid>.json` every second and at exit. Diagnostic only:
+ * nothing in taskledger loads it.
  */
 import { Buffer } from 'node:buffer';
 import fs from 'node:fs';

@@ -5,9 +5,10 @@
  * ledger ends exactly as with queued jobs (armed intent, one task.created).
  * Without `inline`, the same step leaves both as queued wake-ups. A process
  * that also runs the outbox and launch roles then delivers `task.created` and
- * starts the agent in the same pass (no outbox or launch job); when either
- * in-place pass throws, its wake-up is queued instead, so nothing is lost.
- * Both dialects.
+ * starts the agent in the same pass (no outbox or launch job) — wired as the
+ * fleet wires it, under the dispatch claim phase B took (ADR 0019); when
+ * either in-place pass throws, its wake-up is queued instead, so nothing is
+ * lost. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
