@@ -25,6 +25,7 @@ import { wakeOutbox, type OutboxWaker } from './wake-outbox';
 import type { OperationEventRow } from '../store/outbox-mark';
 import type { DispatchClaim } from '../store/launch-dispatch';
 import type { LaunchClaimant } from '../store/launch-claim-in-complete';
+import type { StepRow } from '../store/types';
 
 export interface CompleteWorkerDeps {
   db: Db;
@@ -47,8 +48,11 @@ export interface CompleteWorkerDeps {
 export async function processCompleteJob(
   deps: CompleteWorkerDeps,
   job: CompleteJob,
-  /** `phaseADone`: this worker's own ledger batch committed phase A (store/complete-in-batch.ts); B is left. */
-  options: { phaseADone?: boolean } = {},
+  /**
+   * `phaseADone`: this worker's own ledger batch committed phase A (store/complete-in-batch.ts); B is left. `steps`:
+   * the step rows that batch verified, from which phase B guesses its verification (ADR 0021).
+   */
+  options: { phaseADone?: boolean; steps?: readonly StepRow[] } = {},
 ): Promise<'completed' | 'skipped'> {
   const log = deps.log.child({ operation_id: job.operationId });
   const auth = { kind: 'operation', operationId: job.operationId, actor: deps.workerId } as const;
@@ -97,6 +101,6 @@ export async function processCompleteJob(
   async function phaseBAfterBatch(auth: { kind: 'operation'; operationId: string; actor: string }) {
     // The same point between the phases as completeTaskCreation's (a crash here leaves `completing` to the reaper).
     await failpoint('between_complete_phase_a_and_b', { operationId: job.operationId });
-    return completeTaskCreationPhaseB(deps.db, auth, deps.claimant);
+    return completeTaskCreationPhaseB(deps.db, auth, deps.claimant, options.steps);
   }
 }

@@ -22,7 +22,7 @@ import type { EffectDeps, StepHandler } from '../kinds/contract';
 import { recoverUntilSettled } from '../runtime/recover';
 import { claimAndApplyLedgerStep, claimAndApplyLedgerSteps, type LedgerKinds } from '../store/ledger-step';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
-import type { StepClaim } from '../store/types';
+import type { StepClaim, StepRow } from '../store/types';
 import { hintOperation } from '../store/operation-guard';
 import { stepJobId, type StepJob } from '../../queues/names';
 import { processCompleteJob, type CompleteWorkerDeps } from './complete-worker';
@@ -82,6 +82,8 @@ export async function processStepJob(
   let completeDue = false;
   // The batch also ran Complete's phase A (the operation is `completing`): phase B is this worker's to run.
   let phaseADone = false;
+  // The step rows that phase A verified and committed: phase B guesses its verification from them (ADR 0021).
+  let verifiedSteps: readonly StepRow[] | undefined;
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
@@ -98,6 +100,7 @@ export async function processStepJob(
           };
       const done = batch.results;
       phaseADone = batch.phaseA === 'completing';
+      verifiedSteps = 'steps' in batch ? batch.steps : undefined;
       if (batch.phaseA !== null && batch.phaseA !== 'not_asked') {
         deps.metrics?.phaseAInBatch.inc({ result: batch.phaseA });
         if (!phaseADone) log.debug({ phase_a: batch.phaseA }, 'phase A left to Complete');
@@ -125,7 +128,7 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
-  if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone);
+  if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone, verifiedSteps);
   else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
   if (failed) await recoverFailed(deps, job.operationId, log);
@@ -199,8 +202,14 @@ async function continueInline(
   if (next.completeKept) await completeInline(inline, operationId, log);
 }
 
-async function completeInline(inline: InlineWork, operationId: string, log: Logger, phaseADone = false): Promise<void> {
-  await processCompleteJob(inline.complete, { operationId }, { phaseADone }).catch((err: unknown) => {
+async function completeInline(
+  inline: InlineWork,
+  operationId: string,
+  log: Logger,
+  phaseADone = false,
+  steps?: readonly StepRow[],
+): Promise<void> {
+  await processCompleteJob(inline.complete, { operationId }, { phaseADone, steps }).catch((err: unknown) => {
     // The operation is untouched or completing: the complete job the sweep sends finishes it.
     log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
   });

@@ -30,6 +30,7 @@ import {
   isRetryableError,
   nowPlusMsSql,
   nowSql,
+  RestartCommand,
   toDialectSql,
   uniqueViolationConstraint,
 } from './dialect';
@@ -86,8 +87,10 @@ export class Tx {
   private rollbackRequested = false;
   /** START TRANSACTION has been sent; it travels with the transaction's first statement(s). */
   private begun = false;
-  /** Results of statements sent ahead (`batchAhead`), in the order the caller will ask for them. */
-  private readonly prefetched: Array<{ key: string; result: StatementResult }> = [];
+  /** Results of statements sent ahead (`batchAhead`), in the order the caller will ask for them; `guess`: guessed. */
+  private readonly prefetched: Array<{ key: string; result: StatementResult; guess?: boolean }> = [];
+  /** A capturing transaction (`statementsIssued`): its first round trip is recorded here, never sent. */
+  private captured: Statement[] | null = null;
   /** Statements issued since the last flush, sent together on the event loop's next turn. */
   private readonly pending: Pending[] = [];
   private flushScheduled = false;
@@ -276,12 +279,17 @@ export class Tx {
     const keyOf = (k: number) => statementKey((statements[k] as Statement).sql, (statements[k] as Statement).params);
     let i = 0;
     while (i < statements.length && this.prefetched.length > 0) {
-      const head = this.prefetched[0] as { key: string; result: StatementResult };
+      const head = this.prefetched[0] as { key: string; result: StatementResult; guess?: boolean };
       if (head.key === keyOf(i)) {
         this.prefetched.shift();
         results.push(head.result);
         i++;
         continue;
+      }
+      if (head.guess) {
+        // A guess missed: what it locked may now sort after what is asked. Start over, guessing nothing.
+        this.prefetched.splice(0);
+        throw new RestartCommand(`a statement guessed ahead was not the one issued ("${keyOf(i).slice(0, 80)}")`);
       }
       // Plain reads may run before the statements sent ahead; they go together, up to the next one sent ahead.
       let j = i;
@@ -310,15 +318,39 @@ export class Tx {
    * follow locks taken ahead of it. Only for statements that nothing in
    * between can change: the rows they lock stay locked until commit.
    */
-  async batchAhead(now: readonly Statement[], ahead: readonly Statement[]): Promise<StatementResult[]> {
-    const results = await this.batch([...now, ...ahead]);
-    ahead.forEach((s, k) => {
-      this.prefetched.push({ key: statementKey(s.sql, s.params), result: results[now.length + k] as StatementResult });
+  async batchAhead(
+    now: readonly Statement[],
+    ahead: readonly Statement[],
+    /**
+     * Statements guessed to follow `ahead` (ADR 0021), answered the same way; the first statement issued in their
+     * place that is not the next guess throws `RestartCommand` (the runner starts the command over), since what
+     * the guesses locked might then sort after what is asked.
+     */
+    guessed: readonly Statement[] = [],
+  ): Promise<StatementResult[]> {
+    const results = await this.batch([...now, ...ahead, ...guessed]);
+    [...ahead, ...guessed].forEach((s, k) => {
+      this.prefetched.push({
+        key: statementKey(s.sql, s.params),
+        result: results[now.length + k] as StatementResult,
+        guess: k >= ahead.length,
+      });
     });
     return results.slice(0, now.length);
   }
 
+  /** Guessed statements not (yet) asked for. */
+  get guessesLeft(): number {
+    return this.prefetched.filter((p) => p.guess).length;
+  }
+
   private async send(statements: readonly Statement[]): Promise<StatementResult[]> {
+    if (this.captured !== null) {
+      // A capturing transaction: the first round trip is what was wanted; nothing is sent, nothing else runs.
+      this.captured.push(...statements);
+      this.closed = true;
+      throw new CapturedStatements();
+    }
     const begin = !this.begun;
     this.begun = true;
     if (this.dialect === 'postgres' && !statements.every((s) => inlinable(s.params))) {
@@ -421,6 +453,24 @@ export interface TransactionOptions {
    * re-reads by key and finds the winner). Any other violation propagates.
    */
   restartOnUnique?: readonly string[];
+}
+
+/** Ends a capturing transaction's first round trip (`statementsIssued`). */
+class CapturedStatements extends Error {
+  override readonly name = 'CapturedStatements';
+}
+
+/**
+ * The statements `fn` would send in its first round trip on a fresh transaction of this dialect, recorded and not
+ * sent: nothing reaches a database, and `fn` itself ends there (its rejection is swallowed). For a caller that
+ * guesses what a transaction will issue next (`batchAhead`'s `guessed`), from the very code that will issue it.
+ */
+export async function statementsIssued(dialect: Dialect, fn: (tx: Tx) => Promise<unknown>): Promise<Statement[]> {
+  const tx = new Tx(undefined as unknown as QueryRunner, dialect);
+  const captured: Statement[] = [];
+  (tx as unknown as { captured: Statement[] }).captured = captured;
+  await Promise.allSettled([fn(tx)]);
+  return captured;
 }
 
 /** MySQL connections that already run their session in UTC. */

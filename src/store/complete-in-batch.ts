@@ -25,14 +25,15 @@
  * hold — or a verification lock the batch did not take and can no longer
  * take in order — writes nothing here: the batch commits its steps as before
  * and the operation's Complete runs phase A on its own, where a failed check
- * is reported as it always was. Answers `completing` or why not; the two
+ * is reported as it always was. Answers `completing` (with the step rows it
+ * verified, which phase B's guess starts from: ADR 0021) or why not; the two
  * writes are sent with the batch's COMMIT (`Tx.commitWith`), so nothing may
  * be issued after this in the transaction.
  */
 import type { Tx } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import { phaseAWrites } from './complete';
-import { completeLockNeeds, verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
+import { completeLockNeeds, verifyCompletionLocked } from './complete-verify';
 import type { GuardedOperation, TaskLockRow } from './operation-guard';
 import { lockStepsLocked, STEP_COLUMNS } from './step-rows';
 import type { StepRow } from './types';
@@ -47,12 +48,12 @@ export async function completePhaseAInBatchLocked(
   chain: { task: TaskLockRow; identityState: string | undefined },
   /** The operation's step rows as the batch wrote them: verified while the stored ones are re-read. */
   written?: readonly StepRow[],
-): Promise<PhaseAInBatch> {
+): Promise<{ phaseA: PhaseAInBatch; steps?: readonly StepRow[] }> {
   const { op, plan, workspaceState } = guarded;
-  if (op.state !== 'preparing' || workspaceState !== 'active') return 'not_completable';
+  if (op.state !== 'preparing' || workspaceState !== 'active') return { phaseA: 'not_completable' };
   const { task, identityState } = chain;
   if (identityState !== 'preparing' || task.lifecycle_state === 'deleted' || task.creation_state !== 'preparing') {
-    return 'not_completable';
+    return { phaseA: 'not_completable' };
   }
   // The step rows as this transaction recorded them (the locks are held: this is a read), and the verification
   // over the rows as written, issued together: one round trip when the two agree.
@@ -60,10 +61,11 @@ export async function completePhaseAInBatchLocked(
   const early = written ? verifyStepsLocked(tx, [...written], plan) : null;
   const [steps, verdict] = await Promise.all([stored, early]);
   const result = verdict !== null && sameSteps(steps, written!) ? verdict : await verifyStepsLocked(tx, steps, plan);
-  if (result !== 'verified') return result;
+  if (result !== 'verified') return { phaseA: result };
   // Phase A's writes go with the batch's COMMIT (Tx.commitWith): both rows are locked and were read `preparing`.
   void tx.commitWith(phaseAWrites(tx, op.id, task.id));
-  return 'completing';
+  // The step rows verified, as they commit (phase A writes none): phase B guesses its verification from them.
+  return { phaseA: 'completing', steps };
 }
 
 /** Phase A's checks over these step rows: the Complete predicate, every effect row, the rows Begin inserted. */
@@ -74,7 +76,7 @@ async function verifyStepsLocked(
 ): Promise<'verified' | 'lock_order' | 'predicate_failed'> {
   if (!tx.canLockRows(completeLockNeeds(steps, plan))) return 'lock_order';
   try {
-    await Promise.all([verifyCompletePredicateLocked(tx, steps, plan), verifyPlannedRowsLocked(tx, plan)]);
+    await verifyCompletionLocked(tx, steps, plan);
   } catch (err) {
     if (isTaskLedgerError(err)) return 'predicate_failed';
     throw err;

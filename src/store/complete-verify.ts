@@ -17,7 +17,10 @@ import { rowHash } from '../canonical/hash';
 import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
-import { bool, type Tx } from '../db/tx';
+import { bool, statementsIssued, type Tx } from '../db/tx';
+import type { Dialect } from '../db/config';
+import type { Statement } from '../db/batch';
+import { settledValue } from './settled';
 import { effectRowLockNeeds, verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
 import { storedEvidenceOf } from './evidence-memo';
 // Registers the remote-contribution verifier (its module owns the row document).
@@ -150,4 +153,32 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
       task_id: plan.task_id,
     });
   }
+}
+
+/**
+ * Complete's whole verification of these step rows (both phases, and phase A in the arming batch): the predicate and
+ * every effect row (`verifyCompletePredicateLocked`) and the rows Begin inserted (`verifyPlannedRowsLocked`),
+ * issued together — one round trip, the effect rows' locks first; the predicate's failure is the one reported when
+ * both fail.
+ */
+export async function verifyCompletionLocked(tx: Tx, steps: StepRow[], plan: CreationPlan): Promise<void> {
+  const [effects, planned] = await Promise.allSettled([
+    verifyCompletePredicateLocked(tx, steps, plan),
+    verifyPlannedRowsLocked(tx, plan),
+  ]);
+  settledValue(effects);
+  settledValue(planned);
+}
+
+/**
+ * The statements `verifyCompletionLocked` sends for these rows (its one round trip), recorded without a database
+ * (`statementsIssued`): phase B guesses them from the step rows its process committed (ADR 0021). None when the
+ * predicate already fails on them.
+ */
+export function completionStatements(
+  dialect: Dialect,
+  steps: readonly StepRow[],
+  plan: CreationPlan,
+): Promise<Statement[]> {
+  return statementsIssued(dialect, (tx) => verifyCompletionLocked(tx, [...steps], plan));
 }

@@ -31,9 +31,14 @@ import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import type { Statement } from '../db/batch';
 import { runTransaction, type Db, type Tx } from '../db/tx';
-import { verifyCompletePredicateLocked, verifyPlannedRowsLocked } from './complete-verify';
-import { settledValue } from './settled';
-import { guardOperationLocked, lockTaskChainLocked, type OperationRow, type TaskLockRow } from './operation-guard';
+import { completionStatements, verifyCompletionLocked } from './complete-verify';
+import {
+  guardOperationLocked,
+  lockTaskChainLocked,
+  rememberedPlan,
+  type OperationRow,
+  type TaskLockRow,
+} from './operation-guard';
 import { planBlockerIds } from '../plan/blockers';
 import { lockStepsLocked } from './step-rows';
 import { insertResolvedEventLocked } from './task-done';
@@ -73,18 +78,26 @@ async function lockAndVerifyLocked(
   phase: 'A' | 'B',
   /** Phase B that may take the launch's claim: the task's placement is read first, in the guard's round trip. */
   claimant?: LaunchClaimant,
+  /** The step rows this process committed with phase A: the verification of them goes ahead as a guess (ADR 0021). */
+  known?: readonly StepRow[],
 ): Promise<(VerifiedCreation & { seen: Seen }) | CompleteResult> {
-  const placement = claimant
-    ? readPlacement(tx, auth.kind === 'handle' ? auth.handle.operationId : auth.operationId)
-    : undefined;
+  const operationId = auth.kind === 'handle' ? auth.handle.operationId : auth.operationId;
+  const knownPlan = known ? rememberedPlan(operationId) : undefined;
+  const guessed = knownPlan ? await completionStatements(tx.dialect, known!, knownPlan) : undefined;
+  const placement = claimant ? readPlacement(tx, operationId) : undefined;
   placement?.catch(() => undefined);
   // Phase B may also lock the blockers' task rows; phase A locks the task's own row only.
-  const { op, plan, workspaceState, externalIdAbsent } = await guardOperationLocked(tx, auth, {
-    externalIdKey: true,
-    steps: true,
-    // Phase B also locks the blockers' task rows, when the plan has any.
-    ownTaskOnly: phase === 'A' ? true : (p) => planBlockerIds(p).length === 0,
-  });
+  const { op, plan, workspaceState, externalIdAbsent, guessSent } = await guardOperationLocked(
+    tx,
+    auth,
+    {
+      externalIdKey: true,
+      steps: true,
+      // Phase B also locks the blockers' task rows, when the plan has any.
+      ownTaskOnly: phase === 'A' ? true : (p) => planBlockerIds(p).length === 0,
+    },
+    { guessed },
+  );
   if (op.state === 'completed') return replay(op);
   if (phase === 'A' && op.state === 'preparing' && workspaceState !== 'active') {
     // The workspace deletion cascade aborts what is still preparing; a Complete between its phases it finishes.
@@ -105,7 +118,8 @@ async function lockAndVerifyLocked(
   const { task, identityState, blockers } = await lockTaskChainLocked(tx, op, {
     externalIdKey: true,
     externalIdAbsent,
-    steps: true,
+    // With a guess sent, the steps' lock is answered next (before the guesses), not after them.
+    steps: !guessSent,
     blockers: blockerIds,
   });
   if (!task || identityState !== 'preparing' || task.lifecycle_state === 'deleted') {
@@ -114,14 +128,9 @@ async function lockAndVerifyLocked(
     });
   }
   const steps = await lockStepsLocked(tx, op.id);
-  // Issued together, the effect rows' locks first: the planned rows' reads share their round trip (Tx.batch);
-  // a failure of the predicate is still the one reported when both fail.
-  const [effects, planned] = await Promise.allSettled([
-    verifyCompletePredicateLocked(tx, steps, plan),
-    verifyPlannedRowsLocked(tx, plan),
-  ]);
-  settledValue(effects);
-  settledValue(planned);
+  // One round trip, or none when it went ahead as a guess: the rows read under lock are the ones guessed, so the
+  // very statements guessed are the ones asked (any other restarts the command, Tx.batchAhead).
+  await verifyCompletionLocked(tx, steps, plan);
   const resolves = task.awaits_blockers && blockers.length > 0 && blockers.every((b) => b.lifecycle_state === 'done');
   return { op, plan, task, resolves, seen: { steps, workspaceState, placement } };
 }
@@ -273,9 +282,15 @@ export async function completeTaskCreationPhaseB(
   db: Db,
   auth: OperationAuthority,
   claimant?: LaunchClaimant,
+  /** The step rows as this process committed them with phase A (store/complete-in-batch.ts), for ADR 0021's guess. */
+  known?: readonly StepRow[],
 ): Promise<CompleteResult> {
+  let guess = known;
   return runTransaction(db, 'CompleteTaskCreation.B', async (tx) => {
-    const v = await lockAndVerifyLocked(tx, auth, 'B', claimant);
+    // Only the first attempt guesses: after a restart (a missed guess among its causes) the rows are read first.
+    const steps = guess;
+    guess = undefined;
+    const v = await lockAndVerifyLocked(tx, auth, 'B', claimant, steps);
     if ('outcome' in v) return v;
     let launchClaim: ClaimInComplete | null = null;
     if (claimant && v.seen.placement) {

@@ -56,6 +56,8 @@ export interface LedgerBatchResult {
   results: LedgerStepResult[];
   /** Why phase A did not run in the batch, or `completing` when it did; null when the batch armed no launch intent. */
   phaseA: PhaseAInBatch | 'not_asked' | null;
+  /** With `completing`: the step rows phase A verified, as committed (phase B guesses from them, ADR 0021). */
+  steps?: readonly StepRow[];
 }
 
 export async function claimAndApplyLedgerStep(
@@ -200,7 +202,7 @@ export async function claimAndApplyLedgerSteps(
           evidence_sha256: evidenceHash(evidence),
         };
       });
-      return { results, phaseA: await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain, written) };
+      return { results, ...(await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain, written)) };
     },
     { restartOnUnique: EFFECT_ROW_UNIQUES },
   );

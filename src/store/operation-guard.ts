@@ -59,6 +59,8 @@ export interface GuardedOperation {
    * only ever cleared afterwards), so its chain needs no external-ID key lock and no read to decide that.
    */
   externalIdAbsent: boolean;
+  /** `GuardOptions.guessed` went with the first round trip, after the steps' lock (the whole chain went ahead). */
+  guessSent: boolean;
 }
 
 export interface GuardOptions {
@@ -74,6 +76,13 @@ export interface GuardOptions {
    * from there (`Tx.batchAhead`).
    */
   aheadReads?: (taskId: string) => Statement[];
+  /**
+   * Statements guessed to come right after the steps' lock (Complete's verification over the step rows this process
+   * committed, ADR 0021): sent in the guard's round trip when the whole chain (task, identity, steps) goes ahead and
+   * no `aheadReads` do. The caller then locks the chain without `steps` (`lockTaskChainLocked`), the steps next,
+   * and issues what it guessed; anything else first restarts the command (`Tx.batchAhead`).
+   */
+  guessed?: readonly Statement[];
 }
 
 /** Every operation column a guard or a reader (verify) needs. */
@@ -321,6 +330,8 @@ export async function guardOperationLocked(
   const chain = ahead ? chainStatements(operationId, peek.task_id, ahead, peek) : [];
   const reads = ahead && !ahead.externalIdKey && options.aheadReads ? options.aheadReads(peek.task_id) : [];
   const next = [...chain, ...reads];
+  const chainWithSteps = chain.length > 0 && chain[0]!.sql === TASK_LOCK && ahead!.steps;
+  const guessed = chainWithSteps && reads.length === 0 ? (options.guessed ?? []) : [];
   const stepLock: Statement[] =
     options.admissionStepId === undefined
       ? []
@@ -333,7 +344,11 @@ export async function guardOperationLocked(
     if (options.admissionStepId !== undefined) tx.lockRow(TIER.WORKFLOW, 'workflow_steps', options.admissionStepId);
     tx.lockOperationRow('task_creation_operations', operationId);
   }
-  const first = await tx.batchAhead(together ? [wsLock, ...stepLock, opLock] : [wsLock], together ? next : []);
+  const first = await tx.batchAhead(
+    together ? [wsLock, ...stepLock, opLock] : [wsLock],
+    together ? next : [],
+    together ? guessed : [],
+  );
   const ws = first[0]?.rows[0] as { state: string } | undefined;
   if (!ws && peek.hinted) {
     // The wake-up's hint named a workspace that does not exist: start over with a read.
@@ -361,7 +376,7 @@ export async function guardOperationLocked(
     raw = first[stepLock.length + 1]?.rows[0] as OperationRow | undefined;
   } else {
     tx.lockOperationRow('task_creation_operations', operationId);
-    const [opResult] = await tx.batchAhead([opLock], next);
+    const [opResult] = await tx.batchAhead([opLock], next, guessed);
     raw = opResult?.rows[0] as OperationRow | undefined;
   }
   if (!raw) {
@@ -415,7 +430,14 @@ export async function guardOperationLocked(
   }
   // When the external-ID read went ahead, the caller must read it: it is the next statement sent.
   const peekSentAhead = next[0]?.sql === EXTERNAL_ID_PEEK;
-  return { op, plan, actor, workspaceState: ws.state, externalIdAbsent: peek.externalIdAbsent && !peekSentAhead };
+  return {
+    op,
+    plan,
+    actor,
+    workspaceState: ws.state,
+    externalIdAbsent: peek.externalIdAbsent && !peekSentAhead,
+    guessSent: guessed.length > 0,
+  };
 }
 
 /** A recovery action runs only while its claim is the operation's live recovery claim (else zero writes). */

@@ -8,9 +8,10 @@
  * order, all or nothing, and nothing may follow them.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { inlinePgParams } from '../../src/db/batch';
-import { runTransaction, type Tx } from '../../src/db/tx';
+import { runTransaction, statementsIssued, type Tx } from '../../src/db/tx';
+import { countRoundTrips } from '../support/round-trips';
 import { sql, useTestDb } from '../support/db';
 
 const t = useTestDb();
@@ -130,6 +131,61 @@ describe('statement batches', () => {
         { name: 'sent ahead' },
       ]);
     });
+  });
+
+  it('answers guessed statements like the ones sent ahead when the guess was right: no round trip', async () => {
+    const id = randomUUID();
+    await runTransaction(t.db, 'GuessRight', async (tx) => {
+      await insertWorkspace(tx, id, 'guessed');
+      const guess = { sql: 'SELECT name FROM workspaces WHERE id = ? FOR UPDATE', params: [id] };
+      await tx.batchAhead(
+        [{ sql: `SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, params: [id] }],
+        [],
+        [guess],
+      );
+      expect(tx.guessesLeft).toBe(1);
+      const trips = countRoundTrips(t.db);
+      expect(await tx.rows(guess.sql, guess.params)).toEqual([{ name: 'guessed' }]);
+      expect(trips.calls).toBe(0);
+      vi.restoreAllMocks();
+      expect(tx.guessesLeft).toBe(0);
+    });
+  });
+
+  it('restarts the command when a guess missed, whatever was issued instead; the retry guesses nothing', async () => {
+    for (const instead of ['lock', 'read'] as const) {
+      const id = randomUUID();
+      const attempts: string[] = [];
+      await runTransaction(t.db, 'GuessMissed', async (tx) => {
+        const guessing = attempts.length === 0;
+        attempts.push(guessing ? 'guess' : 'plain');
+        await insertWorkspace(tx, id, `missed ${instead}`);
+        const guess = { sql: 'SELECT id FROM workspaces WHERE id = ? FOR UPDATE', params: [randomUUID()] };
+        await tx.batchAhead([{ sql: 'SELECT 1 AS one', params: [] }], [], guessing ? [guess] : []);
+        const asked =
+          instead === 'lock'
+            ? `SELECT id FROM workspaces WHERE id = ? FOR UPDATE`
+            : 'SELECT name FROM workspaces WHERE id = ?';
+        await tx.rows(asked, [id]);
+      });
+      expect(attempts).toEqual(['guess', 'plain']);
+      // The attempt that guessed rolled back; the one that did not committed once.
+      expect(await names([id])).toEqual([`missed ${instead}`]);
+    }
+  });
+
+  it('records the first round trip of a body without a database (statementsIssued)', async () => {
+    let finished = false;
+    const got = await statementsIssued(t.db.dialect, async (tx) => {
+      await Promise.all([tx.rows('SELECT 1 AS one'), tx.rows('SELECT ? AS two', [2])]);
+      await tx.rows('SELECT 3 AS three');
+      finished = true;
+    });
+    expect(got).toEqual([
+      { sql: 'SELECT 1 AS one', params: [] },
+      { sql: 'SELECT ? AS two', params: [2] },
+    ]);
+    expect(finished).toBe(false);
   });
 
   it('never loses a transaction silently when a statement error is swallowed', async () => {
