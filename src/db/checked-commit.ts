@@ -1,7 +1,8 @@
 /**
- * Compare-and-sets sent with COMMIT on PostgreSQL (`Tx.expect` writes still
- * unsent when the transaction body ends; docs/adr/0006-statement-batches.md).
+ * Compare-and-sets sent with COMMIT (`Tx.expect` writes still unsent when
+ * the transaction body ends; docs/adr/0006-statement-batches.md).
  *
+ * PostgreSQL:
  * Contract: `checkedSql(sql, affected, index)` wraps one INSERT/UPDATE/DELETE
  * (inlined PostgreSQL text, no RETURNING of its own) so that it FAILS when it
  * does not change exactly `affected` rows: the server then skips the rest of
@@ -11,6 +12,14 @@
  * other error), so the runner reports the caller's own mismatch error.
  * The cast depends on `count(*)`, so the planner cannot fold the failing
  * branch into an error at plan time.
+ *
+ * MySQL/MariaDB (no statement fails on a row count outside a stored program,
+ * ADR 0022): `checkedStatementsMysql(stmt, affected, index)` is the write
+ * followed by a SELECT that overflows BIGINT UNSIGNED (error 1690) when
+ * `ROW_COUNT()` — the write's affected rows, as the driver counts them — is
+ * not `affected`; the server stops the multi-statement there, COMMIT
+ * included. The error text quotes the expression, whose literal names the
+ * statement's index (the count itself is not in it: reported as NaN).
  */
 const MARK = 'taskledger_expect_';
 
@@ -21,6 +30,14 @@ export function checkedSql(sql: string, affected: number, index: number): string
   );
 }
 
+export function checkedStatementsMysql<S extends { sql: string; params: readonly unknown[] }>(
+  stmt: S,
+  affected: number,
+  index: number,
+): [S, { sql: string; params: [] }] {
+  return [stmt, { sql: `SELECT ~0 + (ROW_COUNT() <> ${affected} AND '${MARK}${index}' <> '') AS ok`, params: [] }];
+}
+
 export function checkedFailure(err: unknown): { index: number; affected: number } | null {
   const seen = new Set<unknown>();
   for (let e: unknown = err; e && typeof e === 'object' && !seen.has(e);) {
@@ -28,6 +45,8 @@ export function checkedFailure(err: unknown): { index: number; affected: number 
     const message = (e as { message?: unknown }).message;
     const m = typeof message === 'string' ? /"(\d+):taskledger_expect_(\d+)"/.exec(message) : null;
     if (m) return { affected: Number(m[1]), index: Number(m[2]) };
+    const my = typeof message === 'string' ? /'taskledger_expect_(\d+)'/.exec(message) : null;
+    if (my) return { affected: Number.NaN, index: Number(my[1]) };
     e = (e as { driverError?: unknown }).driverError ?? (e as { cause?: unknown }).cause;
   }
   return null;

@@ -36,7 +36,7 @@ import {
 } from './dialect';
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
-import { checkedFailure, checkedSql } from './checked-commit';
+import { checkedFailure, checkedSql, checkedStatementsMysql } from './checked-commit';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
 
@@ -198,7 +198,7 @@ export class Tx {
 
   /**
    * The expected writes still waiting to be sent, when nothing else is: the
-   * runner sends them with COMMIT instead (PostgreSQL, src/db/checked-commit.ts).
+   * runner sends them with COMMIT instead, made to fail on a wrong count (src/db/checked-commit.ts).
    */
   takeUnsentChecks(): Pending[] {
     if (this.pending.length === 0 || !this.pending.every((p) => p.check !== undefined)) return [];
@@ -548,7 +548,8 @@ async function commitChecked(
     throw err;
   }
   for (const c of checks) c.resolve({ rows: [], affected: c.check!.affected });
-  return results.slice(checks.length);
+  // One statement per check on PostgreSQL, the write and its check on MySQL.
+  return results.slice(checks.length * (dialect === 'postgres' ? 1 : 2));
 }
 
 async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
@@ -586,12 +587,16 @@ export async function runTransaction<T>(
       // START TRANSACTION goes out with the transaction's first statements (Tx.send).
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
-      // PostgreSQL: compare-and-sets still unsent travel with COMMIT, made to fail on a wrong count.
-      const unsent = db.dialect === 'postgres' && !tx.isRollbackOnly ? tx.takeUnsentChecks() : [];
+      // Compare-and-sets still unsent travel with COMMIT, made to fail on a wrong count (src/db/checked-commit.ts).
+      const unsent = !tx.isRollbackOnly ? tx.takeUnsentChecks() : [];
       await tx.expectations.settle(new Set(unsent.map((u) => u.check!)));
       await tx.close();
       const finals = [
-        ...unsent.map((u, i) => ({ sql: checkedSql(u.stmt.sql, u.check!.affected, i), params: u.stmt.params })),
+        ...unsent.flatMap((u, i): Statement[] =>
+          db.dialect === 'postgres'
+            ? [{ sql: checkedSql(u.stmt.sql, u.check!.affected, i), params: u.stmt.params }]
+            : checkedStatementsMysql(u.stmt, u.check!.affected, i),
+        ),
         ...tx.finalWrites,
       ];
       if (finals.length > 0 && !tx.isRollbackOnly) {
