@@ -12,6 +12,7 @@ import { DispatchClaimStateIndex1796170260000 } from './1796170260000-DispatchCl
 import { TaskBlockerResolution1796170320000 } from './1796170320000-TaskBlockerResolution';
 import { TaskLifecycle1796170380000 } from './1796170380000-TaskLifecycle';
 import { StagedAttachmentIndex1796170440000 } from './1796170440000-StagedAttachmentIndex';
+import { TaskEnvironmentTaskIndex1796170500000 } from './1796170500000-TaskEnvironmentTaskIndex';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -23,4 +24,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   TaskBlockerResolution1796170320000,
   TaskLifecycle1796170380000,
   StagedAttachmentIndex1796170440000,
+  TaskEnvironmentTaskIndex1796170500000,
 ];

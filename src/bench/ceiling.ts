@@ -28,7 +28,7 @@ import { performance } from 'node:perf_hooks';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import type { Dialect } from '../db/config';
-import { forShareSql, isRetryableError, nowSql, toDialectSql } from '../db/dialect';
+import { forceIndexSql, forShareSql, isRetryableError, nowSql, toDialectSql } from '../db/dialect';
 import { cpuPerCreation, trackCpu, type CpuBreakdown } from './cpu';
 import type { BenchWorld } from './database';
 import { summarize, type LatencySummary } from './stats';
@@ -129,7 +129,7 @@ function creationTransactions(dialect: Dialect, w: BenchWorld): Statement[][] {
     ['SELECT id, creation_state, lifecycle_state FROM tasks WHERE id = ? FOR UPDATE', [task]],
     ['SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [task]],
     [
-      'SELECT id, kind, state, generation, request_json, evidence_json FROM task_creation_steps WHERE operation_id = ? ORDER BY id FOR UPDATE',
+      `SELECT id, kind, state, generation, request_json, evidence_json FROM task_creation_steps ${forceIndexSql(dialect, 'uq_task_creation_steps_key')} WHERE operation_id = ? ORDER BY id FOR UPDATE`,
       [op],
     ],
   ];

@@ -32,6 +32,18 @@ export function forShareSql(dialect: Dialect): string {
   return dialect === 'postgres' ? 'FOR SHARE' : 'LOCK IN SHARE MODE';
 }
 
+/**
+ * MySQL: `FORCE INDEX (index)` for a locking read by a secondary key. On a
+ * small table (a new database, stale statistics) the optimizer prefers to
+ * scan the primary key over sorting the few rows an `ORDER BY id` asks for,
+ * and a locking scan waits on every row it passes — rows of unrelated
+ * operations — which is how two of them deadlocked. PostgreSQL locks only the
+ * rows it returns: nothing to add.
+ */
+export function forceIndexSql(dialect: Dialect, index: string): string {
+  return dialect === 'postgres' ? '' : `FORCE INDEX (${index})`;
+}
+
 export interface DriverError {
   code?: string;
   errno?: number;

@@ -18,6 +18,7 @@ import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, statementsIssued, type Tx } from '../db/tx';
+import { forceIndexSql } from '../db/dialect';
 import type { Dialect } from '../db/config';
 import type { Statement } from '../db/batch';
 import { settledValue } from './settled';
@@ -122,7 +123,8 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
       [plan.task_id],
     ),
     tx.rows<Record<string, unknown>>(
-      `SELECT id, workspace_id, task_id, kind FROM task_environments WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id ${tx.forShare}`,
+      `SELECT id, workspace_id, task_id, kind FROM task_environments ${forceIndexSql(tx.dialect, 'ix_task_environments_task_id')}
+        WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id ${tx.forShare}`,
       [plan.task_id],
     ),
   ]);

@@ -33,6 +33,7 @@ import { ConflictError, ValidationError } from '../domain/errors';
 import type { CompensationState, DispatchState, OperationState, StepKind, StepState } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { readRows, runTransaction, type Db, type Tx } from '../db/tx';
+import { forceIndexSql } from '../db/dialect';
 import { chooseRecoveryAction, type RecoverySnapshot } from '../runtime/recovery-action';
 import { dispatchEvidenceJson, lockLaunchPrefixLocked, type RuntimeProof } from './launch-dispatch';
 import { guardOperationLocked } from './operation-guard';
@@ -110,7 +111,7 @@ export async function expireLaunchDispatchLeases(db: Db, operationId: string, ac
     // Workspace 1 and operation 4.2 serialize this with LaunchTask; the claims' states are re-checked below.
     await guardOperationLocked(tx, { kind: 'operation', operationId, actor });
     const expired = await tx.rows<{ id: string; lease_owner: string | null }>(
-      `SELECT id, lease_owner FROM task_launch_dispatch_claims
+      `SELECT id, lease_owner FROM task_launch_dispatch_claims ${forceIndexSql(tx.dialect, 'uq_launch_dispatch')}
         WHERE creation_operation_id = ? AND state = 'running' AND lease_expires_at < ${tx.now}
         ORDER BY id FOR UPDATE`,
       [operationId],

@@ -23,6 +23,7 @@ import { lockAuthorityLocked } from './actor';
 import { deepFreeze, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
 import { stepsLockStatement } from './step-rows';
+import type { Dialect } from '../db/config';
 import type { Statement } from '../db/batch';
 import type { OperationAuthority } from './types';
 
@@ -276,14 +277,20 @@ function ownTaskOnly(ahead: ChainAhead, peek: OperationPeek): boolean {
   return own === true;
 }
 
-function chainStatements(operationId: string, taskId: string, ahead: ChainAhead, peek: OperationPeek): Statement[] {
+function chainStatements(
+  operationId: string,
+  taskId: string,
+  ahead: ChainAhead,
+  peek: OperationPeek,
+  dialect: Dialect,
+): Statement[] {
   if (ahead.externalIdKey && !(peek.externalIdAbsent && ownTaskOnly(ahead, peek))) {
     return [{ sql: EXTERNAL_ID_PEEK, params: [taskId] }];
   }
   return [
     { sql: TASK_LOCK, params: [taskId] },
     { sql: IDENTITY_LOCK, params: [taskId] },
-    ...(ahead.steps ? [stepsLockStatement(operationId)] : []),
+    ...(ahead.steps ? [stepsLockStatement(operationId, dialect)] : []),
   ];
 }
 
@@ -327,7 +334,7 @@ export async function guardOperationLocked(
     sql: `SELECT ${OP_COLUMNS}${fenceColumns} FROM task_creation_operations WHERE id = ? FOR UPDATE`,
     params: [operationId],
   };
-  const chain = ahead ? chainStatements(operationId, peek.task_id, ahead, peek) : [];
+  const chain = ahead ? chainStatements(operationId, peek.task_id, ahead, peek, tx.dialect) : [];
   const reads = ahead && !ahead.externalIdKey && options.aheadReads ? options.aheadReads(peek.task_id) : [];
   const next = [...chain, ...reads];
   const chainWithSteps = chain.length > 0 && chain[0]!.sql === TASK_LOCK && ahead!.steps;
@@ -499,7 +506,7 @@ export async function lockTaskChainLocked(
   const sqlOf = (id: string) => (id === op.task_id ? TASK_LOCK : heads.has(id) ? headLock : blockerLock);
   const results = await tx.batchAhead(
     [...ids.map((id) => ({ sql: sqlOf(id), params: [id] })), { sql: IDENTITY_LOCK, params: [op.task_id] }],
-    options.steps ? [stepsLockStatement(op.id)] : [],
+    options.steps ? [stepsLockStatement(op.id, tx.dialect)] : [],
   );
   const at = ids.indexOf(op.task_id);
   const row = results[at]?.rows[0] as

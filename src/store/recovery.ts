@@ -40,6 +40,7 @@ import { ConflictError, ValidationError } from '../domain/errors';
 import { ACTOR_VARIANTS, type DispatchState, type RecoveryAction } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../db/tx';
+import { forceIndexSql } from '../db/dialect';
 import { chooseRecoveryAction, type RecoveryDecision, type RecoverySnapshot } from '../runtime/recovery-action';
 import { guardOperationLocked, lockTaskChainLocked, type OperationRow } from './operation-guard';
 import { DEFAULT_LEASE_MS } from './step-claims';
@@ -121,7 +122,8 @@ async function snapshotLocked(tx: Tx, op: OperationRow, dispatchProof: DispatchP
     tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', id);
   }
   const claims = await tx.rows<{ state: DispatchState; deletion_operation_id: string | null }>(
-    'SELECT state, deletion_operation_id FROM task_launch_dispatch_claims WHERE creation_operation_id = ? ORDER BY id FOR UPDATE',
+    `SELECT state, deletion_operation_id FROM task_launch_dispatch_claims ${forceIndexSql(tx.dialect, 'uq_launch_dispatch')}
+      WHERE creation_operation_id = ? ORDER BY id FOR UPDATE`,
     [op.id],
   );
   if (claims.length > 1) {

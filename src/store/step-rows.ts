@@ -12,6 +12,8 @@ import { promotedSteps } from '../plan/session-launch';
 import { TIER } from '../db/lock-plan';
 import type { Statement } from '../db/batch';
 import type { Tx } from '../db/tx';
+import { forceIndexSql } from '../db/dialect';
+import type { Dialect } from '../db/config';
 import { VerifiedMemo } from './binding-cache';
 import type { StepRow } from './types';
 
@@ -34,9 +36,9 @@ export function normalizeStep<T extends StepRow>(row: T): T {
 }
 
 /** The statement that locks every step of an operation (sent ahead by the operation guard). */
-export function stepsLockStatement(operationId: string): Statement {
+export function stepsLockStatement(operationId: string, dialect: Dialect): Statement {
   return {
-    sql: `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY id FOR UPDATE`,
+    sql: `SELECT ${STEP_COLUMNS} FROM task_creation_steps ${forceIndexSql(dialect, 'uq_task_creation_steps_key')} WHERE operation_id = ? ORDER BY id FOR UPDATE`,
     params: [operationId],
   };
 }
@@ -45,7 +47,7 @@ export function stepsLockStatement(operationId: string): Statement {
 export async function lockStepsLocked(tx: Tx, operationId: string): Promise<StepRow[]> {
   // One statement: the server takes the row locks in id order; the lock plan records the same
   // acquisitions right after (an out-of-order call still throws and rolls back with zero writes).
-  const { sql, params } = stepsLockStatement(operationId);
+  const { sql, params } = stepsLockStatement(operationId, tx.dialect);
   const rows = await tx.rows<StepRow>(sql, [...params]);
   const sorted = rows.map(normalizeStep).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   for (const s of sorted) tx.lockRow(TIER.STEP, 'task_creation_steps', s.id);

@@ -226,7 +226,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
   t(
     'task_environments',
     `id:uuid workspace_id:uuid task_id:uuid? kind:str16 operation_id:uuid? name:str200? ${CREATED}`,
-    { in: { kind: ['task', 'shared'] } },
+    { in: { kind: ['task', 'shared'] }, indexes: { ix_task_environments_task_id: ['task_id'] } },
   ),
   t(
     'task_environment_bindings',

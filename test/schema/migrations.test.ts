@@ -96,6 +96,12 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // TaskEnvironmentTaskIndex: down() drops exactly its index.
+    expect(await indexesOf('task_environments')).toContain('ix_task_environments_task_id');
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await indexesOf('task_environments')).not.toContain('ix_task_environments_task_id');
+    expect(await readTables(ds)).toEqual(all);
+
     // StagedAttachmentIndex: down() drops exactly its index.
     const stagedIndex = 'ix_task_message_attachments_owner_kind_updated_at';
     expect(await indexesOf('task_message_attachments')).toContain(stagedIndex);
@@ -133,13 +139,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 5);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 6);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 6);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 7);
 
-    for (let i = 6; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 7; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

@@ -256,6 +256,7 @@ CREATE TABLE `task_environments` (
   `name` varchar(200) DEFAULT NULL,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   PRIMARY KEY (`id`),
+  KEY `ix_task_environments_task_id` (`task_id`),
   CONSTRAINT `chk_task_environments_kind` CHECK (`kind` collate utf8mb4_nopad_bin in ('task','shared'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

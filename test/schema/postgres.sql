@@ -979,6 +979,12 @@ CREATE INDEX ix_task_creation_steps_compensation_state ON public.task_creation_s
 CREATE INDEX ix_task_creation_steps_state_lease_expires_at ON public.task_creation_steps USING btree (state, lease_expires_at);
 
 --
+-- Name: ix_task_environments_task_id; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_task_environments_task_id ON public.task_environments USING btree (task_id);
+
+--
 -- Name: ix_task_launch_dispatch_claims_state_updated_at; Type: INDEX; Schema: public; Owner: -
 --
 
