@@ -1,5 +1,5 @@
 /**
- * Counts the PostgreSQL round trips of a process by statement, for finding
+ * Counts the PostgreSQL (or MySQL/MariaDB) round trips of a process by statement, for finding
  * where a creation's writes go (docs/benchmarks.md, "Round trips"):
  *
  *   TASKLEDGER_ROUND_TRIPS_DIR=/tmp/rt TASKLEDGER_BENCH_NODE_ARGS="--import ./scripts/round-trips.mjs" \
@@ -8,7 +8,8 @@
  *
  * Preloaded (`--import`), it wraps `net.Socket#_writeGeneric`: every write
  * to port 5432 is one round trip's request (pg corks a parameterized query's
- * messages into one write; a batch or a simple query is one write). It keys
+ * messages into one write; a batch or a simple query is one write), and so is
+ * every packet to port 3306 (mysql2 writes a query, batch or not, as one). It keys
  * each by its statements' first characters — an `EXECUTE` by the statement
  * its `PREPARE` named, so a round trip's key says what it carried — and
  * writes `<dir>/<pid>.json` every second and at exit. Diagnostic only:
@@ -54,6 +55,13 @@ function statementOf(buf) {
   return `${type} ${labelsOf(buf.toString('utf8', start, end < 0 ? buf.length : end))}`;
 }
 
+/** A MySQL/MariaDB client packet: 4 header bytes, then the command (0x03: a query, its text after it). */
+function mysqlStatementOf(buf) {
+  if (!Buffer.isBuffer(buf) || buf.length < 5) return '?';
+  if (buf[4] !== 0x03) return `cmd ${buf[4]}`;
+  return `Q ${labelsOf(buf.toString('utf8', 5))}`;
+}
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const [dir, creations] = process.argv.slice(2);
   const n = Number(creations) || 1;
@@ -71,7 +79,10 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     const counts = {};
     const original = net.Socket.prototype._writeGeneric;
     net.Socket.prototype._writeGeneric = function (writev, data, encoding, cb) {
-      if (this.remotePort === 5432) {
+      if (this.remotePort === 3306) {
+        const key = mysqlStatementOf(writev ? data[0]?.chunk : data);
+        counts[key] = (counts[key] || 0) + 1;
+      } else if (this.remotePort === 5432) {
         const first = writev
           ? (data.map((d) => d.chunk).find((c) => Buffer.isBuffer(c) && (c[0] === 0x50 || c[0] === 0x51)) ??
             data[0]?.chunk)
