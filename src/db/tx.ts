@@ -384,9 +384,10 @@ export class Tx {
   /**
    * Takes a transaction-scoped exclusive lock on an identity key (a 32-byte
    * digest), in tier order. PostgreSQL: `pg_advisory_xact_lock` on the first
-   * eight digest bytes. MySQL: the `lock_keys` row of the full digest, locked
-   * FOR UPDATE and inserted if absent (docs/adr/0001-lock-keys.md). Either is
-   * released only by commit or rollback.
+   * eight digest bytes. MySQL: the `lock_keys` row of the full digest,
+   * inserted or, when present, locked by its duplicate-key update, in one
+   * statement (docs/adr/0001-lock-keys.md, 0023). Either is released only by
+   * commit or rollback.
    */
   async lockKey(tier: Tier, digest: Buffer, planKey?: string): Promise<void> {
     const hex = digest.toString('hex');
@@ -397,16 +398,13 @@ export class Tx {
       await this.rows('SELECT pg_advisory_xact_lock(?::bigint) AS locked', [digest.readBigInt64BE(0).toString()]);
       return;
     }
-    const found = await this.rows('SELECT key_hash FROM lock_keys WHERE key_hash = ? FOR UPDATE', [hex]);
-    if (found.length > 0) return;
-    try {
-      await this.exec(`INSERT INTO lock_keys (key_hash, created_at) VALUES (?, ${this.now})`, [hex]);
-    } catch (err) {
-      // A concurrent first insert of the same key won: its commit made the row
-      // visible, so lock it. (A deadlock here restarts the command.)
-      if ((err as { driverError?: { errno?: number } }).driverError?.errno !== 1062) throw err;
-      await this.rows('SELECT key_hash FROM lock_keys WHERE key_hash = ? FOR UPDATE', [hex]);
-    }
+    // One statement, like PostgreSQL's (ADR 0023): a new key's row is inserted and exclusively locked; an existing
+    // one is exclusively locked by the duplicate-key update (InnoDB takes an X lock, not S, on the duplicate); a
+    // concurrent first insert of the same key is waited for, then found. (A deadlock here restarts the command.)
+    await this.exec(
+      `INSERT INTO lock_keys (key_hash, created_at) VALUES (?, ${this.now}) ON DUPLICATE KEY UPDATE key_hash = key_hash`,
+      [hex],
+    );
   }
 
   /**

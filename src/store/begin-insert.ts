@@ -190,10 +190,11 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         ['created_at', 'updated_at'],
       );
 
-      // The common case on PostgreSQL — no external ID, no parent or blockers, so the task tier is the new task's
-      // one-statement key lock — sends the operation row, that key lock and the identity lock in one round trip,
-      // issued in tier order (Tx.batch keeps it; the server runs them in that order and stops at the first error).
-      if (tx.dialect === 'postgres' && input.externalId === null && taskTierIsNewKeyOnly(input)) {
+      // The common case — no external ID, no parent or blockers, so the task tier is the new task's one-statement
+      // key lock (both dialects since ADR 0023) — sends the operation row, that key lock and the identity lock in
+      // one round trip, issued in tier order (Tx.batch keeps it; the server runs them in that order and stops at
+      // the first error).
+      if (input.externalId === null && taskTierIsNewKeyOnly(input)) {
         const key = tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`);
         tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
         const identityRead = tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);

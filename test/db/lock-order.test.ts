@@ -4,13 +4,14 @@
  * both dialects, and deadlocks restart the whole command.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { LockOrderError } from '../../src/domain/errors';
 import { LockPlan, TIER } from '../../src/db/lock-plan';
 import { runTransaction } from '../../src/db/tx';
 import { externalIdKeyDigest } from '../../src/store/lock-keys';
 import { count, sql, useTestDb } from '../support/db';
 import { seedWorkspace } from '../support/seed';
+import { countRoundTrips } from '../support/round-trips';
 
 const t = useTestDb();
 
@@ -107,9 +108,8 @@ describe('transactions', () => {
     expect(row!.name).not.toBe('renamed');
   });
 
-  it('an identity-key lock excludes a second transaction until the first commits', async () => {
-    const ws = await seedWorkspace(t.db);
-    const digest = externalIdKeyDigest(ws.workspaceId, 'locked-key');
+  /** Two transactions lock one key: the second runs only once the first committed. */
+  async function excludes(digest: Buffer): Promise<string[]> {
     const order: string[] = [];
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
@@ -131,7 +131,31 @@ describe('transactions', () => {
     expect(order).toEqual(['first-locked']);
     release();
     await Promise.all([first, second]);
-    expect(order).toEqual(['first-locked', 'first-done', 'second-locked']);
+    return order;
+  }
+
+  it('an identity-key lock excludes a second transaction until the first commits: a new key, and one seen before', async () => {
+    const ws = await seedWorkspace(t.db);
+    const digest = externalIdKeyDigest(ws.workspaceId, 'locked-key');
+    // The first time (MySQL: the key's row is inserted by the first), then again (its row exists).
+    expect(await excludes(digest)).toEqual(['first-locked', 'first-done', 'second-locked']);
+    expect(await excludes(digest)).toEqual(['first-locked', 'first-done', 'second-locked']);
+  });
+
+  it('an identity-key lock is one statement, sent with what is issued beside it', async () => {
+    const ws = await seedWorkspace(t.db);
+    for (const name of ['one-statement-key', 'one-statement-key']) {
+      await runTransaction(t.db, 'oneStatementKey', async (tx) => {
+        await tx.rows('SELECT 1 AS one');
+        const trips = countRoundTrips(t.db);
+        await Promise.all([
+          tx.lockKey(TIER.EXTERNAL_ID_KEY, externalIdKeyDigest(ws.workspaceId, name)),
+          tx.rows('SELECT id FROM workspaces WHERE id = ?', [ws.workspaceId]),
+        ]);
+        expect(trips.calls).toBe(1);
+        vi.restoreAllMocks();
+      });
+    }
   });
 
   it('restarts the whole command on a deadlock, and both commands commit', async () => {
