@@ -13,6 +13,7 @@ import { TaskBlockerResolution1796170320000 } from './1796170320000-TaskBlockerR
 import { TaskLifecycle1796170380000 } from './1796170380000-TaskLifecycle';
 import { StagedAttachmentIndex1796170440000 } from './1796170440000-StagedAttachmentIndex';
 import { TaskEnvironmentTaskIndex1796170500000 } from './1796170500000-TaskEnvironmentTaskIndex';
+import { BarrierScopeIndex1796170560000 } from './1796170560000-BarrierScopeIndex';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -25,4 +26,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   TaskLifecycle1796170380000,
   StagedAttachmentIndex1796170440000,
   TaskEnvironmentTaskIndex1796170500000,
+  BarrierScopeIndex1796170560000,
 ];

@@ -19,6 +19,7 @@ import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
 import type { StatementResult } from '../db/batch';
+import { forceIndexSql } from '../db/dialect';
 import { planBlockerIds } from '../plan/blockers';
 import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
@@ -134,7 +135,8 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         ]);
       }
       const barriersRead = tx.rows<{ operation_id: string }>(
-        `SELECT operation_id FROM archive_membership_barriers WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
+        `SELECT operation_id FROM archive_membership_barriers ${forceIndexSql(tx.dialect, 'ix_archive_membership_barriers_scope_state')}
+          WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
         [plan.workspace_id],
       );
       const [ws, authorized, step, barriers] = await Promise.allSettled([wsRead, authority, stepRead, barriersRead]);

@@ -7,8 +7,8 @@
  * operation's steps, and two of them deadlocked (the benches counted up to
  * 181 deadlocks in 320 creations). Here, on a freshly migrated scratch
  * database holding two operations' steps and environments: one transaction
- * holds the first operation's rows; the second operation's locking reads
- * must not wait for it. Both dialects (PostgreSQL never locks rows it does
+ * holds the first operation's rows (steps, environments, a workspace
+ * barrier); the second's locking reads must not wait for it. Both dialects (PostgreSQL never locks rows it does
  * not return; on MySQL the same reads made to scan are shown to wait: the
  * plan the forced index and the new index rule out).
  */
@@ -30,6 +30,7 @@ const scratchUrl = (() => {
 let ds: DataSource;
 const ops = [randomUUID(), randomUUID()] as const;
 const tasks = [randomUUID(), randomUUID()] as const;
+const scopes = [randomUUID(), randomUUID()] as const;
 
 /** Rows without their parents: only the locking reads are under test. */
 async function seed(): Promise<void> {
@@ -64,6 +65,14 @@ async function seed(): Promise<void> {
           `INSERT INTO task_environments (id, workspace_id, task_id, kind, operation_id) VALUES (?, ?, ?, 'task', ?)`,
         ),
         [randomUUID(), ws, tasks[i], op],
+      );
+      await qr.query(
+        toDialectSql(
+          DIALECT,
+          `INSERT INTO archive_membership_barriers (operation_id, scope_workspace_id, kind, state)
+           VALUES (?, ?, 'workspace_deletion', 'released')`,
+        ),
+        [op, scopes[i]],
       );
     }
   } finally {
@@ -135,6 +144,20 @@ describe('locking reads by a secondary key, on a small new database', () => {
       // Without the index (before migration 10), the read scans every environment and waits on the other's row.
       const scan = ENV_READ('IGNORE INDEX (ix_task_environments_task_id)');
       expect(await runsBeside(hold, [tasks[0]], scan, [tasks[1]])).toBe(false);
+    }
+  });
+
+  it("Begin's read of its workspace's barriers does not wait on another workspace's", async () => {
+    const force = DIALECT === 'mysql' ? 'FORCE INDEX (ix_archive_membership_barriers_scope_state)' : '';
+    const read = (f: string) =>
+      `SELECT operation_id FROM archive_membership_barriers ${f} WHERE scope_workspace_id = ? AND state = 'active'
+        ORDER BY operation_id ${DIALECT === 'postgres' ? 'FOR SHARE' : 'LOCK IN SHARE MODE'}`;
+    const hold = 'SELECT operation_id FROM archive_membership_barriers WHERE operation_id = ? FOR UPDATE';
+    expect(await runsBeside(hold, [ops[0]], read(force), [scopes[1]])).toBe(true);
+    if (DIALECT === 'mysql') {
+      // Without the index (before migration 11) the read scans every barrier and waits on the other's.
+      const scan = read('IGNORE INDEX (ix_archive_membership_barriers_scope_state)');
+      expect(await runsBeside(hold, [ops[0]], scan, [scopes[1]])).toBe(false);
     }
   });
 });

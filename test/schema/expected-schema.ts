@@ -303,6 +303,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     {
       pk: ['operation_id', 'scope_workspace_id'],
       in: { kind: ['archive', 'workspace_deletion'], state: ['active', 'released'] },
+      indexes: { ix_archive_membership_barriers_scope_state: ['scope_workspace_id', 'state'] },
     },
   ),
   t(

@@ -96,6 +96,13 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // BarrierScopeIndex: down() drops exactly its index.
+    const barrierIndex = 'ix_archive_membership_barriers_scope_state';
+    expect(await indexesOf('archive_membership_barriers')).toContain(barrierIndex);
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await indexesOf('archive_membership_barriers')).not.toContain(barrierIndex);
+    expect(await readTables(ds)).toEqual(all);
+
     // TaskEnvironmentTaskIndex: down() drops exactly its index.
     expect(await indexesOf('task_environments')).toContain('ix_task_environments_task_id');
     await ds.undoLastMigration({ transaction: 'each' });
@@ -139,13 +146,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 6);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 7);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 7);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 8);
 
-    for (let i = 7; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 8; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

@@ -34,6 +34,7 @@ CREATE TABLE `archive_membership_barriers` (
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   `released_at` datetime(3) DEFAULT NULL,
   PRIMARY KEY (`operation_id`,`scope_workspace_id`),
+  KEY `ix_archive_membership_barriers_scope_state` (`scope_workspace_id`,`state`),
   CONSTRAINT `chk_archive_membership_barriers_kind` CHECK (`kind` collate utf8mb4_nopad_bin in ('archive','workspace_deletion')),
   CONSTRAINT `chk_archive_membership_barriers_state` CHECK (`state` collate utf8mb4_nopad_bin in ('active','released'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

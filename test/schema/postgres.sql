@@ -919,6 +919,12 @@ ALTER TABLE ONLY public.workspace_deletions
     ADD CONSTRAINT uq_workspace_deletions_workspace UNIQUE (workspace_id);
 
 --
+-- Name: ix_archive_membership_barriers_scope_state; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_archive_membership_barriers_scope_state ON public.archive_membership_barriers USING btree (scope_workspace_id, state);
+
+--
 -- Name: ix_event_outbox_delivered_at_seq; Type: INDEX; Schema: public; Owner: -
 --
 
