@@ -14,12 +14,12 @@
 import { canonicalJson } from '../canonical/canonical-json';
 import { actorBindingHash, idempotencyKey, manifestHash, stepRequestHash } from '../canonical/hash';
 import type { ActorBindingDocument } from '../canonical/types';
-import { ConflictError, TaskLedgerError } from '../domain/errors';
+import { ConflictError, isTaskLedgerError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
 import type { StatementResult } from '../db/batch';
-import { forceIndexSql } from '../db/dialect';
+import { forceIndexSql, RestartCommand } from '../db/dialect';
 import { planBlockerIds } from '../plan/blockers';
 import type { BuiltPlan } from '../plan/build-plan';
 import { lockAuthorityLocked } from './actor';
@@ -109,10 +109,63 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> 
   return awaitsBlockers;
 }
 
+/** Tier 4.2: the creation operation's row. */
+function insertOperationRow(tx: Tx, input: InsertInput, manifest: string, actorHash: string): Promise<void> {
+  const { plan } = input.built;
+  tx.lockOperationRow('task_creation_operations', input.operationId);
+  return insertRows(
+    tx,
+    'task_creation_operations',
+    [
+      'id',
+      'workspace_id',
+      'task_id',
+      'state',
+      'plan_json',
+      'manifest_hash',
+      'actor_json',
+      'actor_binding_hash',
+      'completion_token_sha256',
+      'start_policy',
+    ],
+    [
+      [
+        input.operationId,
+        plan.workspace_id,
+        plan.task_id,
+        'preparing',
+        canonicalJson(plan),
+        manifest,
+        canonicalJson(input.actor),
+        actorHash,
+        input.completionTokenSha256,
+        plan.start_policy,
+      ],
+    ],
+    ['created_at', 'updated_at'],
+  );
+}
+
+/**
+ * Begin's common case (no external ID, no parent or blockers: the task tier is the new task's one-statement key
+ * lock, on both dialects since ADR 0023): the operation row (4.2), that key (5.2) and the identity lock (6), issued
+ * together in tier order; answers the identity row, if one exists.
+ */
+function newTaskRowsLocked(tx: Tx, input: InsertInput, manifest: string, actorHash: string): Promise<unknown> {
+  const { plan } = input.built;
+  const opInsert = insertOperationRow(tx, input, manifest, actorHash);
+  const key = tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`);
+  tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
+  const identityRead = tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);
+  return Promise.all([opInsert, key, identityRead]).then(([, , identity]) => identity);
+}
+
 export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {
   const { plan } = input.built;
   const manifest = manifestHash(plan);
   const actorHash = actorBindingHash(input.actor);
+  // Only the first attempt sends the common case's rows ahead (ADR 0024).
+  let sendAhead = true;
   const res = await runTransaction<Attempt>(
     db,
     'BeginTaskCreation',
@@ -139,7 +192,19 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
         [plan.workspace_id],
       );
+      // The common case's first attempt sends its operation row, task key and identity lock ahead, with these
+      // reads (ADR 0024): they are the next tiers (4.2, 5.2, 6), and a check below that fails rolls them back.
+      const common = input.externalId === null && taskTierIsNewKeyOnly(input);
+      const ahead = common && sendAhead ? newTaskRowsLocked(tx, input, manifest, actorHash) : undefined;
+      ahead?.catch(() => undefined);
+      sendAhead = false;
       const [ws, authorized, step, barriers] = await Promise.allSettled([wsRead, authority, stepRead, barriersRead]);
+      const failed = [ws, authorized, step, barriers].find((r) => r.status === 'rejected');
+      if (ahead && failed && !isTaskLedgerError((failed as PromiseRejectedResult).reason)) {
+        // A statement failed on the server, maybe one sent ahead (the round trip stops at its first error): start
+        // over without them, so that the checks give their own answer.
+        throw new RestartCommand('Begin: a statement failed in the round trip the operation row went ahead in');
+      }
       // A workspace being deleted answers as one that does not exist (its deletion committed after authorize()).
       const wsRow = settledValue(ws);
       if (!wsRow || wsRow.state !== 'active') throw new TaskLedgerError('not_authorized', 'task not created', {});
@@ -149,65 +214,26 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           field: '/workflow_step_id',
         });
       }
+      // Any active barrier refuses the creation (the rows stay locked, shared, until the rollback).
       const fences = settledValue(barriers);
-      for (const b of fences)
-        tx.lockRow(TIER.BARRIER, 'archive_membership_barriers', `${b.operation_id}:${plan.workspace_id}`);
       if (fences.length > 0) {
         throw new ConflictError('creation_state_conflict', 'workspace is fenced by an archive or deletion operation', {
           workspace_id: plan.workspace_id,
         });
       }
 
-      // Tier 4.2: the creation operation.
-      tx.lockOperationRow('task_creation_operations', input.operationId);
-      const opInsert = insertRows(
-        tx,
-        'task_creation_operations',
-        [
-          'id',
-          'workspace_id',
-          'task_id',
-          'state',
-          'plan_json',
-          'manifest_hash',
-          'actor_json',
-          'actor_binding_hash',
-          'completion_token_sha256',
-          'start_policy',
-        ],
-        [
-          [
-            input.operationId,
-            plan.workspace_id,
-            plan.task_id,
-            'preparing',
-            canonicalJson(plan),
-            manifest,
-            canonicalJson(input.actor),
-            actorHash,
-            input.completionTokenSha256,
-            plan.start_policy,
-          ],
-        ],
-        ['created_at', 'updated_at'],
-      );
-
-      // The common case — no external ID, no parent or blockers, so the task tier is the new task's one-statement
-      // key lock (both dialects since ADR 0023) — sends the operation row, that key lock and the identity lock in
-      // one round trip, issued in tier order (Tx.batch keeps it; the server runs them in that order and stops at
-      // the first error).
-      if (input.externalId === null && taskTierIsNewKeyOnly(input)) {
-        const key = tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`);
-        tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
-        const identityRead = tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);
-        const [, , identity] = await Promise.all([opInsert, key, identityRead]);
+      // The common case sends its operation row, task key and identity lock in one round trip (Tx.batch keeps the
+      // tier order; the server runs them in that order and stops at the first error): with the fences above when
+      // it was sent ahead, otherwise now.
+      if (common) {
+        const identity = await (ahead ?? newTaskRowsLocked(tx, input, manifest, actorHash));
         if (identity) {
           tx.rollbackOnly();
           return { kind: 'identity_reused' };
         }
         return insertCreationRowsLocked(tx, input, manifest, actorHash, false);
       }
-      await opInsert;
+      await insertOperationRow(tx, input, manifest, actorHash);
 
       // Tier 5.1: the external-ID key, then the exact re-check under it.
       if (input.externalId !== null) {

@@ -66,10 +66,10 @@ describe('BeginTaskCreation outcomes', () => {
     const trips = countRoundTrips(t.db);
     const res = await begin(t.db, ws, { title: 'counted' });
     // The reads outside the transaction (the workspace's state, the workflow step) in one round trip (readRows
-    // gathers reads issued together), then three in the transaction: locks and barriers; the operation row, task
-    // key and identity lock (MySQL too since ADR 0023: its key lock is one statement); the inserts, the view and
-    // COMMIT together (a round trip each before).
-    expect(trips.calls).toBe(4);
+    // gathers reads issued together), then two in the transaction: the locks and barriers with the operation row,
+    // task key and identity lock sent ahead (ADR 0024; MySQL too since ADR 0023: its key lock is one statement);
+    // the inserts, the view and COMMIT together (a round trip each before).
+    expect(trips.calls).toBe(3);
     const stored = await sql(t.db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [res.task.id]);
     expect({ ...stored[0], creation_complete: false }).toEqual(res.task);
     expect(res.task.title).toBe('counted');
@@ -427,6 +427,58 @@ describe('a Begin whose inserts fail with COMMIT', () => {
       expect(await count(t.db, 'tasks', 'title = ?', [tag])).toBe(1);
     } finally {
       await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON tasks' : ''}`);
+      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
+      await sql(t.db, `DROP SEQUENCE ${seq}`);
+    }
+  });
+});
+
+describe("the common case's rows sent ahead with the fences (ADR 0024)", () => {
+  it('a statement sent ahead that fails on the server restarts Begin without them: a refusal is still the refusal', async () => {
+    const ws = await seedWorkspace(t.db);
+    const seq = `tl_ahead_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+    // A trigger fails the first operation row of this workspace with an error that is not retried; a sequence counts
+    // the attempts (it is not rolled back with the transaction).
+    if (t.db.dialect === 'postgres') {
+      await sql(t.db, `CREATE SEQUENCE ${seq}`);
+      await sql(
+        t.db,
+        `CREATE FUNCTION ${seq}_fn() RETURNS trigger AS $$ BEGIN
+           IF NEW.workspace_id = '${ws.workspaceId}' AND nextval('${seq}') = 1 THEN RAISE EXCEPTION 'injected'; END IF;
+           RETURN NEW; END $$ LANGUAGE plpgsql`,
+      );
+      await sql(
+        t.db,
+        `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON task_creation_operations FOR EACH ROW EXECUTE FUNCTION ${seq}_fn()`,
+      );
+    } else {
+      await sql(t.db, `CREATE SEQUENCE ${seq}`);
+      await sql(
+        t.db,
+        `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON task_creation_operations FOR EACH ROW BEGIN
+           IF NEW.workspace_id = '${ws.workspaceId}' AND NEXTVAL(${seq}) = 1 THEN
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected';
+           END IF;
+         END`,
+      );
+    }
+    try {
+      // Revoked: the first attempt's round trip fails on the injected error; the second reads first and refuses.
+      await sql(
+        t.db,
+        `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`,
+        [ws.member.authority_id],
+      );
+      await expectTyped(begin(t.db, ws, {}), 'not_authorized');
+      expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+      // Only the first attempt sent the row ahead (the refused one sent it after its checks: never).
+      const [{ n }] = (await sql<{ n: number | string }>(
+        t.db,
+        t.db.dialect === 'postgres' ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
+      )) as [{ n: number | string }];
+      expect(Number(n)).toBe(1);
+    } finally {
+      await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON task_creation_operations' : ''}`);
       if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
       await sql(t.db, `DROP SEQUENCE ${seq}`);
     }
