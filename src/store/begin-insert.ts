@@ -200,7 +200,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       sendAhead = false;
       const [ws, authorized, step, barriers] = await Promise.allSettled([wsRead, authority, stepRead, barriersRead]);
       const failed = [ws, authorized, step, barriers].find((r) => r.status === 'rejected');
-      if (ahead && failed && !isTaskLedgerError((failed as PromiseRejectedResult).reason)) {
+      if (ahead && failed && !isTaskLedgerError(failed.reason)) {
         // A statement failed on the server, maybe one sent ahead (the round trip stops at its first error): start
         // over without them, so that the checks give their own answer.
         throw new RestartCommand('Begin: a statement failed in the round trip the operation row went ahead in');

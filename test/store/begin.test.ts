@@ -20,6 +20,26 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
+/** Revokes the workspace member's token; Begin then refuses with not_authorized and writes nothing. */
+async function revokedRefused(ws: Awaited<ReturnType<typeof seedWorkspace>>): Promise<void> {
+  await sql(
+    t.db,
+    `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`,
+    [ws.member.authority_id],
+  );
+  await expectTyped(begin(t.db, ws, {}), 'not_authorized');
+  expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+}
+
+/** How many times a test trigger's sequence counted (it is not rolled back with a transaction). */
+async function attempts(seq: string): Promise<number> {
+  const [{ n }] = (await sql<{ n: number | string }>(
+    t.db,
+    t.db.dialect === 'postgres' ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
+  )) as [{ n: number | string }];
+  return Number(n);
+}
+
 async function writes(db: typeof t.db, workspaceId: string): Promise<number[]> {
   return Promise.all([
     count(db, 'tasks', 'workspace_id = ?', [workspaceId]),
@@ -237,13 +257,7 @@ describe('authorization', () => {
 
   it('a revoked token cannot begin', async () => {
     const ws = await seedWorkspace(t.db);
-    await sql(
-      t.db,
-      `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`,
-      [ws.member.authority_id],
-    );
-    await expectTyped(begin(t.db, ws, {}), 'not_authorized');
-    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+    await revokedRefused(ws);
   });
 
   it('refuses under an active archive or deletion barrier (checked in the transaction), writing nothing', async () => {
@@ -419,11 +433,7 @@ describe('a Begin whose inserts fail with COMMIT', () => {
       expect(res.outcome).toBe('Created');
       expect(res.task.title).toBe(tag);
       // Two attempts: the first failed at its final batch, the second committed.
-      const [{ n }] = (await sql<{ n: number | string }>(
-        t.db,
-        t.db.dialect === 'postgres' ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
-      )) as [{ n: number | string }];
-      expect(Number(n)).toBe(2);
+      expect(await attempts(seq)).toBe(2);
       expect(await count(t.db, 'tasks', 'title = ?', [tag])).toBe(1);
     } finally {
       await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON tasks' : ''}`);
@@ -464,19 +474,9 @@ describe("the common case's rows sent ahead with the fences (ADR 0024)", () => {
     }
     try {
       // Revoked: the first attempt's round trip fails on the injected error; the second reads first and refuses.
-      await sql(
-        t.db,
-        `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`,
-        [ws.member.authority_id],
-      );
-      await expectTyped(begin(t.db, ws, {}), 'not_authorized');
-      expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+      await revokedRefused(ws);
       // Only the first attempt sent the row ahead (the refused one sent it after its checks: never).
-      const [{ n }] = (await sql<{ n: number | string }>(
-        t.db,
-        t.db.dialect === 'postgres' ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
-      )) as [{ n: number | string }];
-      expect(Number(n)).toBe(1);
+      expect(await attempts(seq)).toBe(1);
     } finally {
       await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON task_creation_operations' : ''}`);
       if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
