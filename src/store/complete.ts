@@ -15,7 +15,10 @@
  * For a claimant (the worker that starts the agent right after), phase B also
  * takes the launch's dispatch claim with its COMMIT when nothing else could
  * come of it (store/launch-claim-in-complete.ts, ADR 0019): no new lock, the
- * placement read first in the guard's round trip.
+ * placement read first in the guard's round trip. The worker whose batch
+ * committed phase A hands phase B the step rows it verified; phase B sends its
+ * verification for them with the guard's locks, and a statement other than the
+ * one guessed restarts it (ADR 0021).
  * A completed operation replays its stored outcome and event with no writes.
  * An operation already `completing` is finished by phase B for a caller's
  * handle and for recovery; a worker's wake-up leaves it to the Complete that
