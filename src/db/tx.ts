@@ -339,11 +339,6 @@ export class Tx {
     return results.slice(0, now.length);
   }
 
-  /** Guessed statements not (yet) asked for. */
-  get guessesLeft(): number {
-    return this.prefetched.filter((p) => p.guess).length;
-  }
-
   private async send(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.captured !== null) {
       // A capturing transaction: the first round trip is what was wanted; nothing is sent, nothing else runs.

@@ -31,13 +31,48 @@ async function revokedRefused(ws: Awaited<ReturnType<typeof seedWorkspace>>): Pr
   expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
 }
 
-/** How many times a test trigger's sequence counted (it is not rolled back with a transaction). */
-async function attempts(seq: string): Promise<number> {
-  const [{ n }] = (await sql<{ n: number | string }>(
-    t.db,
-    t.db.dialect === 'postgres' ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
-  )) as [{ n: number | string }];
-  return Number(n);
+/**
+ * A trigger that fails the first insert into `table` matching `when` (SQL on `NEW`), as a deadlock would
+ * (`deadlock`, retried by the runner) or with a plain error; a sequence counts the matching inserts (it is not
+ * rolled back with a transaction).
+ */
+async function failFirstInsert(seq: string, table: string, when: string, deadlock: boolean) {
+  const pg = t.db.dialect === 'postgres';
+  await sql(t.db, `CREATE SEQUENCE ${seq}`);
+  if (pg) {
+    const raise = deadlock ? "RAISE EXCEPTION 'injected' USING ERRCODE = '40P01'" : "RAISE EXCEPTION 'injected'";
+    await sql(
+      t.db,
+      `CREATE FUNCTION ${seq}_fn() RETURNS trigger AS $$ BEGIN
+         IF ${when} AND nextval('${seq}') = 1 THEN ${raise}; END IF;
+         RETURN NEW; END $$ LANGUAGE plpgsql`,
+    );
+    await sql(t.db, `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION ${seq}_fn()`);
+  } else {
+    const signal = deadlock
+      ? "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected'"
+      : "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected'";
+    await sql(
+      t.db,
+      `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON ${table} FOR EACH ROW BEGIN
+         IF ${when} AND NEXTVAL(${seq}) = 1 THEN ${signal}; END IF;
+       END`,
+    );
+  }
+  return {
+    async attempts(): Promise<number> {
+      const [{ n }] = (await sql<{ n: number | string }>(
+        t.db,
+        pg ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
+      )) as [{ n: number | string }];
+      return Number(n);
+    },
+    async drop(): Promise<void> {
+      await sql(t.db, `DROP TRIGGER ${seq}_tr${pg ? ` ON ${table}` : ''}`);
+      if (pg) await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
+      await sql(t.db, `DROP SEQUENCE ${seq}`);
+    },
+  };
 }
 
 async function writes(db: typeof t.db, workspaceId: string): Promise<number[]> {
@@ -405,40 +440,17 @@ describe('a Begin whose inserts fail with COMMIT', () => {
   it('restarts cleanly: the failed attempt leaves no answer pending, the next one creates the task', async () => {
     const ws = await seedWorkspace(t.db);
     const tag = `fail-once-${randomUUID()}`;
-    const seq = `tl_fail_${tag.slice(-12)}`;
-    // A trigger fails the first insert of a task with this title as a deadlock would (a sequence counts attempts:
-    // it is not rolled back with the transaction); the runner restarts Begin from the top.
-    if (t.db.dialect === 'postgres') {
-      await sql(t.db, `CREATE SEQUENCE ${seq}`);
-      await sql(
-        t.db,
-        `CREATE FUNCTION ${seq}_fn() RETURNS trigger AS $$ BEGIN
-           IF NEW.title = '${tag}' AND nextval('${seq}') = 1 THEN RAISE EXCEPTION 'injected' USING ERRCODE = '40P01'; END IF;
-           RETURN NEW; END $$ LANGUAGE plpgsql`,
-      );
-      await sql(t.db, `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON tasks FOR EACH ROW EXECUTE FUNCTION ${seq}_fn()`);
-    } else {
-      await sql(t.db, `CREATE SEQUENCE ${seq}`);
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON tasks FOR EACH ROW BEGIN
-           IF NEW.title = '${tag}' AND NEXTVAL(${seq}) = 1 THEN
-             SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected';
-           END IF;
-         END`,
-      );
-    }
+    // A trigger fails the first insert of a task with this title as a deadlock would; the runner restarts Begin.
+    const trigger = await failFirstInsert(`tl_fail_${tag.slice(-12)}`, 'tasks', `NEW.title = '${tag}'`, true);
     try {
       const res = await begin(t.db, ws, { title: tag });
       expect(res.outcome).toBe('Created');
       expect(res.task.title).toBe(tag);
       // Two attempts: the first failed at its final batch, the second committed.
-      expect(await attempts(seq)).toBe(2);
+      expect(await trigger.attempts()).toBe(2);
       expect(await count(t.db, 'tasks', 'title = ?', [tag])).toBe(1);
     } finally {
-      await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON tasks' : ''}`);
-      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
-      await sql(t.db, `DROP SEQUENCE ${seq}`);
+      await trigger.drop();
     }
   });
 });
@@ -446,41 +458,20 @@ describe('a Begin whose inserts fail with COMMIT', () => {
 describe("the common case's rows sent ahead with the fences (ADR 0024)", () => {
   it('a statement sent ahead that fails on the server restarts Begin without them: a refusal is still the refusal', async () => {
     const ws = await seedWorkspace(t.db);
-    const seq = `tl_ahead_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
-    // A trigger fails the first operation row of this workspace with an error that is not retried; a sequence counts
-    // the attempts (it is not rolled back with the transaction).
-    if (t.db.dialect === 'postgres') {
-      await sql(t.db, `CREATE SEQUENCE ${seq}`);
-      await sql(
-        t.db,
-        `CREATE FUNCTION ${seq}_fn() RETURNS trigger AS $$ BEGIN
-           IF NEW.workspace_id = '${ws.workspaceId}' AND nextval('${seq}') = 1 THEN RAISE EXCEPTION 'injected'; END IF;
-           RETURN NEW; END $$ LANGUAGE plpgsql`,
-      );
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON task_creation_operations FOR EACH ROW EXECUTE FUNCTION ${seq}_fn()`,
-      );
-    } else {
-      await sql(t.db, `CREATE SEQUENCE ${seq}`);
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${seq}_tr BEFORE INSERT ON task_creation_operations FOR EACH ROW BEGIN
-           IF NEW.workspace_id = '${ws.workspaceId}' AND NEXTVAL(${seq}) = 1 THEN
-             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected';
-           END IF;
-         END`,
-      );
-    }
+    // A trigger fails the first operation row of this workspace with an error that is not retried.
+    const trigger = await failFirstInsert(
+      `tl_ahead_${randomUUID().replace(/-/g, '').slice(0, 12)}`,
+      'task_creation_operations',
+      `NEW.workspace_id = '${ws.workspaceId}'`,
+      false,
+    );
     try {
       // Revoked: the first attempt's round trip fails on the injected error; the second reads first and refuses.
       await revokedRefused(ws);
       // Only the first attempt sent the row ahead (the refused one sent it after its checks: never).
-      expect(await attempts(seq)).toBe(1);
+      expect(await trigger.attempts()).toBe(1);
     } finally {
-      await sql(t.db, `DROP TRIGGER ${seq}_tr${t.db.dialect === 'postgres' ? ' ON task_creation_operations' : ''}`);
-      if (t.db.dialect === 'postgres') await sql(t.db, `DROP FUNCTION ${seq}_fn()`);
-      await sql(t.db, `DROP SEQUENCE ${seq}`);
+      await trigger.drop();
     }
   });
 });
