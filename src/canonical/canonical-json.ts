@@ -14,7 +14,9 @@
  *   and, unless `{ requireCanonical: false }`, asserts the text is byte-equal to
  *   its own canonical form (so duplicate keys, whitespace or reordered keys are
  *   rejected). Callers still re-canonicalize before hashing: never hash what
- *   the database returned.
+ *   the database returned. A text proved canonical once is remembered as
+ *   such (a bounded set of texts); each call still parses and returns a fresh
+ *   value.
  */
 import canonicalize from 'canonicalize';
 import { ValidationError } from '../domain/errors';
@@ -54,42 +56,60 @@ function describe(value: unknown): string {
   return typeof value;
 }
 
+/** The JSON pointer of a path held as reference tokens (built only for an error message). */
+function pointerOf(tokens: readonly (string | number)[]): string {
+  return tokens.reduce<string>((p, t) => jsonPointer(p, t), '');
+}
+
 /** Throws unless `value` is a plain JSON value (see the file contract). */
-export function assertPlainJson(value: unknown, path = '', ancestors: object[] = []): void {
+export function assertPlainJson(value: unknown): void {
+  checkPlain(value, [], []);
+}
+
+/**
+ * The walk behind `assertPlainJson`. The path is kept as tokens and turned into a pointer only when an error names
+ * it: building a pointer string for every member of every document was a tenth of the canonicalization's cost.
+ */
+function checkPlain(value: unknown, path: (string | number)[], ancestors: object[]): void {
   switch (typeof value) {
     case 'string':
-      if (hasLoneSurrogate(value)) throw invalid(path, 'string contains a lone UTF-16 surrogate');
+      if (hasLoneSurrogate(value)) throw invalid(pointerOf(path), 'string contains a lone UTF-16 surrogate');
       return;
     case 'boolean':
       return;
     case 'number':
-      if (!Number.isFinite(value)) throw invalid(path, `number ${String(value)} is not valid JSON`);
+      if (!Number.isFinite(value)) throw invalid(pointerOf(path), `number ${String(value)} is not valid JSON`);
       return;
     case 'object':
       break;
     default:
-      throw invalid(path, `${describe(value)} is not a JSON value`);
+      throw invalid(pointerOf(path), `${describe(value)} is not a JSON value`);
   }
   if (value === null) return;
-  if (ancestors.includes(value)) throw invalid(path, 'circular reference');
+  if (ancestors.includes(value)) throw invalid(pointerOf(path), 'circular reference');
   ancestors.push(value);
   try {
     if (Array.isArray(value)) {
       if (Object.getPrototypeOf(value) !== Array.prototype)
-        throw invalid(path, `${describe(value)} is not a JSON value`);
+        throw invalid(pointerOf(path), `${describe(value)} is not a JSON value`);
       for (let i = 0; i < value.length; i++) {
-        const child = jsonPointer(path, i);
-        if (!(i in value)) throw invalid(child, 'sparse array hole is not a JSON value');
-        assertPlainJson(value[i], child, ancestors);
+        path.push(i);
+        if (!(i in value)) throw invalid(pointerOf(path), 'sparse array hole is not a JSON value');
+        checkPlain(value[i], path, ancestors);
+        path.pop();
       }
       return;
     }
     const proto: unknown = Object.getPrototypeOf(value);
-    if (proto !== Object.prototype && proto !== null) throw invalid(path, `${describe(value)} is not a JSON value`);
-    if (Object.getOwnPropertySymbols(value).length > 0) throw invalid(path, 'symbol-keyed property is not JSON');
+    if (proto !== Object.prototype && proto !== null)
+      throw invalid(pointerOf(path), `${describe(value)} is not a JSON value`);
+    if (Object.getOwnPropertySymbols(value).length > 0)
+      throw invalid(pointerOf(path), 'symbol-keyed property is not JSON');
     for (const key of Object.keys(value)) {
-      if (hasLoneSurrogate(key)) throw invalid(jsonPointer(path, key), 'key contains a lone UTF-16 surrogate');
-      assertPlainJson((value as Record<string, unknown>)[key], jsonPointer(path, key), ancestors);
+      path.push(key);
+      if (hasLoneSurrogate(key)) throw invalid(pointerOf(path), 'key contains a lone UTF-16 surrogate');
+      checkPlain((value as Record<string, unknown>)[key], path, ancestors);
+      path.pop();
     }
   } finally {
     ancestors.pop();
@@ -123,8 +143,19 @@ export function parseCanonical(text: string, options: ParseCanonicalOptions = {}
   } catch (err) {
     throw invalid('', `not valid JSON text (${(err as Error).message})`);
   }
-  if (options.requireCanonical ?? true) {
+  if ((options.requireCanonical ?? true) && !knownCanonical.has(text)) {
     if (canonicalJson(parsed) !== text) throw invalid('', 'JSON text is not in RFC 8785 canonical form');
+    if (knownCanonical.size >= KNOWN_CANONICAL_MAX) knownCanonical.clear();
+    knownCanonical.add(text);
   }
   return parsed;
 }
+
+/**
+ * Texts this process already proved canonical. Whether a text is its own RFC 8785 form depends on the text alone, so
+ * the verdict is remembered: a worker reads the same stored documents (a step's request, its evidence) at the claim,
+ * in Complete's phase A and again in phase B, and re-canonicalizing each was most of `parseCanonical`'s cost. The
+ * parse itself is not remembered: every caller gets a fresh value it may keep. Bounded; emptied when full.
+ */
+const knownCanonical = new Set<string>();
+const KNOWN_CANONICAL_MAX = 4096;

@@ -74,6 +74,7 @@ describe('canonicalJson (RFC 8785)', () => {
     ['sparse array', { a: [1, , 3] }, '/a/1'],
     ['lone surrogate', { s: 'a\ud800' }, '/s'],
     ['key with slash is escaped in the pointer', { 'a/b~': undefined }, '/a~1b~0'],
+    ['a value after valid siblings, nested', { a: [1, { x: 'y' }], b: { c: [0, Number.NaN] } }, '/b/c/1'],
   ])('rejects %s', (_name, value, field) => {
     expectInvalid(() => canonicalJson(value), field);
   });
@@ -111,6 +112,20 @@ describe('parseCanonical', () => {
 
   it('accepts non-canonical text when asked not to check', () => {
     expect(parseCanonical('{"b": 1, "a": 2.0}', { requireCanonical: false })).toEqual({ a: 2, b: 1 });
+  });
+
+  it('gives a fresh value on every parse of a text it already proved canonical', () => {
+    const text = '{"a":[1,{"b":"x"}],"c":null}';
+    const first = parseCanonical(text) as { a: unknown[] };
+    first.a.push('mutated');
+    expect(parseCanonical(text)).toEqual({ a: [1, { b: 'x' }], c: null });
+    expect(parseCanonical(text)).not.toBe(parseCanonical(text));
+  });
+
+  it('still rejects a non-canonical text after parsing canonical ones (including its non-canonical twin)', () => {
+    expect(parseCanonical('{"a":1,"b":2}')).toEqual({ a: 1, b: 2 });
+    expectInvalid(() => parseCanonical('{"b":2,"a":1}'), '', /canonical/);
+    expectInvalid(() => parseCanonical('{"a":1, "b":2}'), '', /canonical/);
   });
 
   it('rejects text that is not JSON', () => {
