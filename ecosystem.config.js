@@ -34,18 +34,20 @@ const env = Object.fromEntries(
 
 /**
  * Node flags of every fleet process (also what `npm run bench` gives its
- * worker processes). Why a 4 MiB semi-space: a worker's young objects are
- * small and short-lived (one job's rows and documents); V8's default 16 MiB
- * semi-spaces only add ~30 MB of resident memory per process, and the smaller
- * nursery costs no measurable throughput (docs/benchmarks.md). Why a 128 MiB
+ * worker processes). Why a 16 MiB semi-space: a worker's young objects are
+ * one job's rows and documents, and with the 4 MiB nursery used before, young
+ * garbage was collected (and the live part copied) four times as often; 16
+ * MiB cut the workers' CPU per creation by a tenth and raised throughput by
+ * ~8 % (docs/benchmarks.md, morning session) for ~25 MB more resident memory
+ * per process; 32 MiB bought nothing more. Why a 128 MiB
  * old space: a worker's live heap stays well under 64 MiB at 16 creations in
  * flight (a bench run with a 64 MiB limit completed), but with the default
  * limit V8 lets garbage pile up to ~220 MB resident before it collects; at
- * 128 MiB it collects earlier, a worker stays near 150 MB, and throughput
+ * 128 MiB it collects earlier, a worker stays near 160 MB, and throughput
  * does not change. A process that did outgrow it would exit, and its leases
  * would be recovered like any crash (docs/recovery.md).
  */
-export const NODE_ARGS = ['--max-semi-space-size=4', '--max-old-space-size=128'];
+export const NODE_ARGS = ['--max-semi-space-size=16', '--max-old-space-size=128'];
 
 /** `instances` > 1 only where work is parallel by design: step workers claim rows, so two never run one step. */
 const ROLES = [
