@@ -12,19 +12,30 @@
  * - Workspace-scoped routes open to members answer 404 for a workspace (task,
  *   operation) outside the caller's scope, exactly as for one that does not
  *   exist: the caller cannot tell the two apart.
+ * - A route that sets `config: { readTokenWithRequest: true }` (POST /tasks)
+ *   still refuses a missing or malformed header at once, but reads a token's
+ *   row only when its handler asks (`callerOf`), so Begin reads it together
+ *   with the request's references: one round trip (ADR 0025). Begin answers
+ *   nothing before that read settled, so the answers are the same.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { UUID_PATTERN } from '../canonical/schemas/fragments';
 import type { Db } from '../db/tx';
 import { authenticateToken } from '../store/actor';
-import type { Principal } from '../store/types';
+import type { Principal, PrincipalLookup } from '../store/types';
 import { forbidden, notFound, unauthorized } from './errors';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set by the auth hook on every `/api/v1` route; null only before it ran. */
+    /** Set by the auth hook on every `/api/v1` route; null only before it ran, or while `principalLookup` is set. */
     principal: Principal | null;
+    /** On a `readTokenWithRequest` route: the token's read, left to the handler (`callerOf`). */
+    principalLookup: PrincipalLookup | null;
+  }
+  interface FastifyContextConfig {
+    /** The token's row is read by the handler, with its first reads (ADR 0025). */
+    readTokenWithRequest?: boolean;
   }
 }
 
@@ -75,11 +86,30 @@ export function isOperator(principal: Principal): boolean {
 /** Installs the authentication hook on a route scope (every route in it needs a token). */
 export function installAuth(scope: FastifyInstance, db: Db, adminToken: string | null): void {
   scope.decorateRequest('principal', null);
+  scope.decorateRequest('principalLookup', null);
   scope.addHook('onRequest', async (request) => {
-    const principal = await principalForToken(db, adminToken, bearerToken(request.headers.authorization));
-    if (!principal) throw unauthorized();
-    request.principal = principal;
+    const token = bearerToken(request.headers.authorization);
+    if (request.routeOptions.config.readTokenWithRequest && token !== null && token.length <= 512) {
+      if (adminToken === null || !tokenEquals(token, adminToken)) {
+        // One read however often it is asked for (Begin, then the error handler).
+        let read: Promise<Principal> | null = null;
+        request.principalLookup = { lookup: () => (read ??= principalOrUnauthorized(db, adminToken, token)) };
+        return;
+      }
+    }
+    request.principal = await principalOrUnauthorized(db, adminToken, token);
   });
+}
+
+async function principalOrUnauthorized(db: Db, adminToken: string | null, token: string | null): Promise<Principal> {
+  const principal = await principalForToken(db, adminToken, token);
+  if (!principal) throw unauthorized();
+  return principal;
+}
+
+/** The caller of a `readTokenWithRequest` route: its Principal, or the lookup of its token (rejects with 401). */
+export function callerOf(request: FastifyRequest): Principal | PrincipalLookup {
+  return request.principalLookup ?? principalOf(request);
 }
 
 export function principalOf(request: FastifyRequest): Principal {

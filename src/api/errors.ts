@@ -154,7 +154,18 @@ export function sendError(reply: FastifyReply, err: unknown, log: Logger): Fasti
 
 /** Installs the error and not-found handlers on the root instance (children inherit them). */
 export function installErrorHandling(app: FastifyInstance, log: Logger): void {
-  app.setErrorHandler((err, _request, reply) => sendError(reply, err, log));
+  app.setErrorHandler(async (err, request, reply) => {
+    // A route that reads the token late (auth.ts, ADR 0025) answers an unknown token before anything else: a body
+    // or query Fastify refused never reached the handler, so the token is read here (once: the lookup is shared).
+    if (request.principalLookup) {
+      try {
+        await request.principalLookup.lookup();
+      } catch (authErr) {
+        return sendError(reply, authErr, log);
+      }
+    }
+    return sendError(reply, err, log);
+  });
   app.setNotFoundHandler((_request, reply) =>
     reply.status(404).send({ error: 'not_found', detail: { message: 'no such route' } }),
   );

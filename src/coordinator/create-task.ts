@@ -5,7 +5,7 @@
  * cancellation never deletes or settles anything: an unfinished creation is
  * left to the fleet and the reaper.
  */
-import type { TaskView, Principal } from '../store/types';
+import type { Caller, TaskView } from '../store/types';
 import type { BeginOutcome } from '../domain/vocab';
 
 export interface CreateTaskOutcome {
@@ -24,8 +24,5 @@ export interface CreateTaskOptions {
   waitMs?: number;
 }
 
-export type CreateTaskFn = (
-  principal: Principal,
-  body: unknown,
-  options?: CreateTaskOptions,
-) => Promise<CreateTaskOutcome>;
+/** `caller`: a known Principal, or one whose token Begin reads with its first reads (ADR 0025). */
+export type CreateTaskFn = (caller: Caller, body: unknown, options?: CreateTaskOptions) => Promise<CreateTaskOutcome>;

@@ -9,7 +9,7 @@ import { failpoint } from '../failpoints';
 import type { Metrics } from '../metrics';
 import { beginTaskCreation } from '../store/begin';
 import { TASK_VIEW_COLUMNS, toTaskView } from '../store/task-view';
-import type { Principal, TaskView } from '../store/types';
+import type { Caller, TaskView } from '../store/types';
 import type { CreateTaskFn, CreateTaskOptions, CreateTaskOutcome } from './create-task';
 import type { CreationEvents } from './creation-events';
 import { enqueuePlanned } from './enqueue';
@@ -100,10 +100,10 @@ async function waitForEnd(db: Db, events: CreationEvents, operationId: string, d
 }
 
 export function makeCreateTask(deps: CreateDeps): CreateTaskFn {
-  return async (principal: Principal, body: unknown, options: CreateTaskOptions = {}): Promise<CreateTaskOutcome> => {
+  return async (caller: Caller, body: unknown, options: CreateTaskOptions = {}): Promise<CreateTaskOutcome> => {
     const started = Date.now();
     const waitMs = options.waitMs ?? DEFAULT_WAIT_MS;
-    const res = await beginTaskCreation(deps.db, principal, body, { dataDir: deps.dataDir });
+    const res = await beginTaskCreation(deps.db, caller, body, { dataDir: deps.dataDir });
     if (res.outcome !== 'Created') {
       deps.metrics?.creations.inc({ outcome: res.outcome });
       return {

@@ -18,6 +18,8 @@ export interface ContextDeps {
   dataDir: string;
   newId: () => string;
   resolveCommit?: (repoPath: string, ref: string) => Promise<string>;
+  /** Settles once the caller is known and authorized: Git (a process per call) waits for it; the reads do not. */
+  authorized?: Promise<unknown>;
 }
 
 function placeholders(n: number): string {
@@ -154,6 +156,7 @@ async function resolveRepositories(
     if (!repo) throw new ValidationError(`/repositories/${i}/repository_id`, 'unknown repository in this workspace');
     const ref = r.base_branch ?? repo.default_branch;
     let baseCommit: string;
+    await deps.authorized;
     try {
       baseCommit = await commitOf(repo.path, ref);
     } catch (err) {
@@ -177,6 +180,7 @@ async function resolveRepositories(
       );
       const repo = rows[0];
       if (!repo) throw new ValidationError(`${field}/repository_id`, 'unknown repository in this workspace');
+      await deps.authorized;
       try {
         out[repo.id] = { ...repo, base_commit: await commitOf(repo.path, repo.default_branch) };
       } catch (err) {

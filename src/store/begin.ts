@@ -9,8 +9,11 @@
  * lookup miss, any failure before the insert re-reads the ID first and returns
  * the found task instead of the failure when one now holds it. Without an
  * external ID, the workspace's state is read alongside the references (all
- * reads); the answer still follows this order: nothing is reported before
- * the workspace is known active.
+ * reads), and the caller's token too when the caller is a `PrincipalLookup`
+ * (ADR 0025: one round trip for the three); the answer still follows this
+ * order: nothing is reported before the caller is known and authorized and
+ * the workspace known active. A known Principal is authorized before
+ * anything is read; Git runs only for an authorized caller.
  *
  * Returns `{task, outcome, handle}`; the handle is non-null only for Created.
  */
@@ -25,7 +28,7 @@ import { actorDocumentFor, mayUseWorkspace } from './actor';
 import { resolvePlanContext } from './begin-context';
 import { insertCreation } from './begin-insert';
 import { findByExternalId, isSettled } from './task-view';
-import type { BeginResult, CreationHandle, Principal } from './types';
+import type { BeginResult, Caller, CreationHandle, Principal } from './types';
 
 export interface BeginDeps {
   /** Absolute directory for worktrees and staged attachments. */
@@ -48,10 +51,30 @@ function requestWorkspace(principal: Principal, raw: unknown): string {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ValidationError('/', 'request body must be a JSON object');
   }
-  const ws = (raw as Record<string, unknown>).workspace_id;
+  const ws = namedWorkspace(raw);
   // A malformed or foreign workspace is indistinguishable from a missing one.
-  if (typeof ws !== 'string' || !UUID_RE.test(ws) || !mayUseWorkspace(principal, ws)) throw notAuthorized();
+  if (ws === null || !mayUseWorkspace(principal, ws)) throw notAuthorized();
   return ws;
+}
+
+/** The well-formed workspace ID a request names, or null (nothing is checked or thrown here). */
+function namedWorkspace(raw: unknown): string | null {
+  const ws = raw !== null && typeof raw === 'object' ? (raw as Record<string, unknown>).workspace_id : undefined;
+  return typeof ws === 'string' && UUID_RE.test(ws) ? ws : null;
+}
+
+interface Authorized {
+  principal: Principal;
+  workspaceId: string;
+}
+
+/**
+ * The caller authorized for the request's workspace. A known Principal is checked at once, before anything is
+ * read; a looked-up one once its token was read, and that read is issued now.
+ */
+function authorize(caller: Caller, raw: unknown): Promise<Authorized> {
+  if (!('lookup' in caller)) return Promise.resolve({ principal: caller, workspaceId: requestWorkspace(caller, raw) });
+  return caller.lookup().then((principal) => ({ principal, workspaceId: requestWorkspace(principal, raw) }));
 }
 
 /** Rejects with `not_authorized` unless the workspace is active (one read). */
@@ -71,21 +94,32 @@ function foundResult(task: NonNullable<Awaited<ReturnType<typeof findByExternalI
   };
 }
 
-export async function beginTaskCreation(
-  db: Db,
-  principal: Principal,
-  raw: unknown,
-  deps: BeginDeps,
-): Promise<BeginResult> {
-  const workspaceId = requestWorkspace(principal, raw);
-  // The workspace's state is read alongside the plan's references (reads only; Begin re-checks it under its lock).
-  // Authorization still answers first: every error below waits for it, so an inactive workspace is `not_authorized`
-  // whatever else is wrong with the request.
+export async function beginTaskCreation(db: Db, caller: Caller, raw: unknown, deps: BeginDeps): Promise<BeginResult> {
+  // A caller whose token is still to be read has it read together with the workspace's state and the plan's
+  // references: one round trip (ADR 0025). Reads only; Begin re-checks the authority and the workspace under its
+  // locks. Nothing is reported before the caller is known and authorized, then the workspace known active: every
+  // error below waits for both, in that order, so an unknown token is answered as such and an inactive workspace
+  // as `not_authorized`, whatever else is wrong with the request. Git, the only other I/O, waits for the caller.
+  const authorized = authorize(caller, raw);
+  authorized.catch(() => undefined);
+  // Null only when `authorized` rejects (a malformed or missing workspace is `not_authorized`).
+  const workspaceId = namedWorkspace(raw) ?? (await authorized).workspaceId;
   const active = requireActive(db, workspaceId);
   active.catch(() => undefined);
-  const externalId = normalizeExternalId((raw as Record<string, unknown>).external_id);
-  if (externalId !== null) {
+  const admitted = async (): Promise<Authorized> => {
+    const a = await authorized;
     await active;
+    return a;
+  };
+  let externalId: string | null;
+  try {
+    externalId = normalizeExternalId((raw as Record<string, unknown>).external_id);
+  } catch (err) {
+    await admitted();
+    throw err;
+  }
+  if (externalId !== null) {
+    await admitted();
     const found = await findByExternalId(db, workspaceId, externalId);
     if (found) return foundResult(found);
   }
@@ -97,12 +131,13 @@ export async function beginTaskCreation(
       dataDir: deps.dataDir,
       newId,
       resolveCommit: deps.resolveCommit,
+      authorized,
     });
     context.catch(() => undefined);
-    await active;
+    const { principal: known } = await admitted();
     const ctx = await context;
     const built = buildCreationPlan(req, ctx);
-    const actor = actorDocumentFor(principal, workspaceId);
+    const actor = actorDocumentFor(known, workspaceId);
     const token = newCompletionToken();
     const operationId = newId();
     const res = await insertCreation(db, {
@@ -136,7 +171,7 @@ export async function beginTaskCreation(
     });
     return { task: res.task, outcome: 'Created', handle, operationId, steps: res.steps };
   } catch (err) {
-    await active;
+    await admitted();
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {
       const found = await findByExternalId(db, workspaceId, externalId);
       if (found) return foundResult(found);

@@ -27,6 +27,19 @@ export interface Principal {
 }
 
 /**
+ * A caller whose bearer token is still to be read (ADR 0025): `lookup()` issues the read and resolves to the
+ * Principal, or rejects (unknown or revoked token) with the error the surface answers. Begin issues it together
+ * with its first reads, so the token and the request's references share one round trip, and reports nothing
+ * before it settled.
+ */
+export interface PrincipalLookup {
+  lookup(): Promise<Principal>;
+}
+
+/** Who asks Begin: a known Principal, or one whose token is read alongside Begin's first reads. */
+export type Caller = Principal | PrincipalLookup;
+
+/**
  * The private handle Begin returns for `Created` only. Never serialized, never
  * rebuilt from task fields: the caller keeps this value and passes it to
  * Complete or Abort.

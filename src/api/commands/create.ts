@@ -10,9 +10,9 @@
  */
 import type { CreateTaskOutcome } from '../../coordinator/create-task';
 import type { BeginOutcome } from '../../domain/vocab';
-import { creationAborted } from '../errors';
+import { creationAborted, HttpError } from '../errors';
 import { taskBody } from '../task-detail';
-import type { Principal } from '../../store/types';
+import type { Caller } from '../../store/types';
 import type { ApiDeps } from '../deps';
 import type { CommandResult } from './context';
 
@@ -53,7 +53,8 @@ export function createResponse(result: CreateTaskOutcome): { status: number; bod
 /** What the create command reads (a subset of `CommandContext`, so the admission worker runs it without an API). */
 export interface CreateContext {
   deps: Pick<ApiDeps, 'createTask' | 'metrics'>;
-  principal: Principal;
+  /** REST passes a lookup: the token is read with Begin's first reads (ADR 0025). */
+  principal: Caller;
 }
 
 export async function createTaskCommand(ctx: CreateContext, body: unknown, waitMs: number): Promise<CommandResult> {
@@ -62,7 +63,8 @@ export async function createTaskCommand(ctx: CreateContext, body: unknown, waitM
   try {
     result = await ctx.deps.createTask(ctx.principal, body, { waitMs });
   } catch (err) {
-    metrics.creations.inc({ outcome: 'error' });
+    // An unknown token (read by Begin, ADR 0025) is not a creation that failed.
+    if (!(err instanceof HttpError && err.status === 401)) metrics.creations.inc({ outcome: 'error' });
     throw err;
   }
   metrics.creations.inc({ outcome: result.status === 'done' ? result.outcome : result.status });

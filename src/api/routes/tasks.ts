@@ -26,7 +26,7 @@
  *   delivery.
  */
 import type { FastifyPluginCallback } from 'fastify';
-import { principalOf } from '../auth';
+import { callerOf, principalOf } from '../auth';
 import { requestContext } from '../commands/context';
 import { createTaskCommand } from '../commands/create';
 import { createQuery } from '../commands/schemas';
@@ -40,10 +40,14 @@ export function taskRoutes(deps: ApiDeps): FastifyPluginCallback {
   return function routes(app, _opts, done): void {
     app.post<{ Querystring: { wait_ms: number } }>(
       '/tasks',
-      { schema: { querystring: createQuery } },
+      // The token is read with Begin's first reads (ADR 0025); Begin answers nothing before it is known.
+      { schema: { querystring: createQuery }, config: { readTokenWithRequest: true } },
       async (req, reply) => {
-        const ctx = requestContext(deps, principalOf(req), req.log);
-        const { status, body } = await createTaskCommand(ctx, req.body, req.query.wait_ms);
+        const { status, body } = await createTaskCommand(
+          { deps, principal: callerOf(req) },
+          req.body,
+          req.query.wait_ms,
+        );
         return reply.status(status).send(body);
       },
     );
