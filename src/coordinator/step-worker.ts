@@ -89,9 +89,17 @@ export async function processStepJob(
     // operation's other ledger-only steps that are runnable now.
     try {
       const batch = handler.applyLocks
-        ? await claimAndApplyLedgerSteps(deps.effects.db, auth, ref, owner, deps.leaseMs, ledgerKinds(deps), {
-            phaseA: deps.inline !== undefined,
-          })
+        ? await claimAndApplyLedgerSteps(
+            deps.effects.db,
+            auth,
+            ref,
+            owner,
+            deps.leaseMs,
+            ledgerKindsOf(deps.handlers),
+            {
+              phaseA: deps.inline !== undefined,
+            },
+          )
         : {
             results: [
               await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim),
@@ -135,11 +143,12 @@ export async function processStepJob(
   return state;
 }
 
-/** The handlers' ledger-only kinds that can join a batch (an apply and its locks). */
-function ledgerKinds(deps: StepWorkerDeps): LedgerKinds {
+/** The handlers' ledger-only kinds that can join a batch (an apply, its locks and its first reads). */
+export function ledgerKindsOf(handlers: StepHandlers): LedgerKinds {
   const kinds: LedgerKinds = {};
-  for (const h of Object.values(deps.handlers) as StepHandler[]) {
-    if (h.applyInClaim && h.applyLocks) kinds[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
+  for (const h of Object.values(handlers) as StepHandler[]) {
+    if (h.applyInClaim && h.applyLocks)
+      kinds[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks, reads: h.applyReads };
   }
   return kinds;
 }

@@ -37,6 +37,7 @@ import {
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
 import { checkedFailure, checkedSql, checkedStatementsMysql } from './checked-commit';
+import { EarlyReads } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
 
@@ -63,12 +64,15 @@ export type { SqlParam, Statement };
 const LOCKING_SQL = /\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|pg_advisory|^\s*(INSERT|UPDATE|DELETE)\b/i;
 
 /**
- * Why 8 microtask turns: statements issued together (`Promise.all`) are
+ * Why 32 microtask turns: statements issued together (`Promise.all`) are
  * queued within a few turns of each other (each resolved `await` on the way
- * to a read costs one); waiting for the next macrotask instead would hold
- * every round trip behind whatever else the event loop has ready.
+ * to a read costs one), and a step of a ledger batch whose reads were sent
+ * early (`readEarly`, ADR 0026) reaches its writes through a few dozen turns
+ * of resolved awaits after the previous step's: with 8 they missed the round
+ * trip. Turns cost microseconds; waiting for the next macrotask instead would
+ * hold every round trip behind whatever else the event loop has ready.
  */
-const FLUSH_TURNS = 8;
+const FLUSH_TURNS = 32;
 
 function statementKey(sql: string, params: readonly SqlParam[]): string {
   return `${sql}\u0000${JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`;
@@ -102,6 +106,8 @@ export class Tx {
   private finalsAnswer: { resolve: (r: StatementResult[]) => void; reject: (e: unknown) => void } | null = null;
   /** Writes sent without waiting for their answer (`expect`), settled before COMMIT. */
   readonly expectations = new Expectations();
+  /** Plain reads sent before they were asked for (`readEarly`), answered from here when they are. */
+  private readonly early = new EarlyReads();
 
   constructor(
     private readonly qr: QueryRunner,
@@ -172,6 +178,7 @@ export class Tx {
    */
   expect(statement: Statement, affected: number, mismatch: () => Error): void {
     if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
+    this.early.issued(statement.sql);
     let item!: Pending;
     const result = new Promise<StatementResult>((resolve, reject) => {
       item = { stmt: statement, resolve, reject };
@@ -221,11 +228,31 @@ export class Tx {
   batch(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.closed) return Promise.reject(new Error('internal: statement on a finished transaction'));
     if (this.finals !== null) return Promise.reject(new Error('internal: statement after commitWith'));
-    const results = statements.map(
-      (stmt) => new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject })),
-    );
-    this.scheduleFlush();
+    let sent = false;
+    const results = statements.map((stmt) => {
+      this.early.issued(stmt.sql);
+      const kept = this.early.take(statementKey(stmt.sql, stmt.params));
+      if (kept !== undefined) return kept;
+      sent = true;
+      return new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
+    });
+    if (sent) this.scheduleFlush();
     return Promise.all(results);
+  }
+
+  /**
+   * Sends plain reads with the next round trip, before anything asks for them, and keeps their answers: the same
+   * statements (same SQL and parameters) issued later in this transaction are answered from there, with no round
+   * trip of their own, unless a write issued in between named a table they read (src/db/early-reads.ts). Only for
+   * reads of rows the transaction already holds locked (ADR 0026): nothing but its own writes can change them.
+   */
+  readEarly(statements: readonly Statement[]): void {
+    if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
+    for (const stmt of statements) {
+      const answer = new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
+      this.early.keep(stmt.sql, statementKey(stmt.sql, stmt.params), answer);
+    }
+    if (statements.length > 0) this.scheduleFlush();
   }
 
   private scheduleFlush(): void {

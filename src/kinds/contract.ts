@@ -19,7 +19,7 @@ import type { Db } from '../db/tx';
 import type { StepKind, StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
-import type { LedgerApply, LedgerLocks } from '../store/ledger-apply';
+import type { LedgerApply, LedgerLocks, LedgerReads } from '../store/ledger-apply';
 import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
 import type { CleanupJobClaim } from '../store/cleanup-jobs';
 import type { LockNeed } from '../store/effects/row-locks';
@@ -81,6 +81,11 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * taking all their locks in one global order (store/ledger-step.ts).
    */
   readonly applyLocks?: LedgerLocks;
+  /**
+   * With `applyInClaim`: the plain reads it makes first, from the step row alone (only rows `applyLocks` locks),
+   * which a batch sends early, with the locks, for a step that follows another in it (ADR 0026).
+   */
+  readonly applyReads?: LedgerReads;
   /** Observes the effect of an existing step without changing anything. */
   observe(deps: EffectDeps, step: StepRow): Promise<Observation>;
   /**

@@ -12,7 +12,7 @@ import type { Db } from '../db/tx';
 import type { StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from '../store/effects/recording';
-import type { LedgerApply, LedgerLocks } from '../store/ledger-apply';
+import type { LedgerApply, LedgerLocks, LedgerReads } from '../store/ledger-apply';
 import type { StepClaim, StepRow } from '../store/types';
 import type { Observation, StepHandler } from './contract';
 
@@ -22,6 +22,8 @@ export interface LedgerOnlyKind<K extends StepKind> {
   apply: (db: Db, claim: StepClaim) => Promise<EffectOutcome>;
   applyInClaim: LedgerApply;
   applyLocks: LedgerLocks;
+  /** Optional: what apply reads first, for a batch to send early (ADR 0026). */
+  applyReads?: LedgerReads;
   observe: (db: Db, step: StepRow) => Promise<Observation>;
 }
 
@@ -30,6 +32,7 @@ export function ledgerOnlyHandler<K extends StepKind>(k: LedgerOnlyKind<K>): Ste
     kind: k.kind,
     applyInClaim: k.applyInClaim,
     applyLocks: k.applyLocks,
+    applyReads: k.applyReads,
     async perform(deps, claim) {
       await failpoint('after_effect_before_record', {
         kind: claim.kind,

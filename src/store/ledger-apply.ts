@@ -4,7 +4,7 @@
  * only, so the kinds' contract (src/kinds/contract.ts) can name them without
  * importing the batch.
  */
-import type { Tx } from '../db/tx';
+import type { Statement, Tx } from '../db/tx';
 import type { EffectOutcome } from './effects/recording';
 import type { LockNeed } from './effects/row-locks';
 import type { ClaimContext } from './claimed';
@@ -15,3 +15,10 @@ export type LedgerApply = (tx: Tx, claim: StepClaim, claimed?: ClaimContext) => 
 
 /** The rows above tier 7 a kind's `LedgerApply` will lock, read from the step row before any is locked. */
 export type LedgerLocks = (tx: Tx, step: StepRow) => Promise<LockNeed[]>;
+
+/**
+ * The plain reads a kind's `LedgerApply` makes first, from the step row alone, when they read only rows its
+ * `LedgerLocks` lock and nothing an earlier step of a batch writes decides them: a batch sends them early, with the
+ * locks (ADR 0026). A read that does not match what apply then issues is only sent again.
+ */
+export type LedgerReads = (step: StepRow) => Statement[];

@@ -39,12 +39,12 @@ import type { ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
 import { verifyStepRequest, type StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
-import type { LedgerApply, LedgerLocks } from './ledger-apply';
+import type { LedgerApply, LedgerLocks, LedgerReads } from './ledger-apply';
 
-export type { LedgerApply, LedgerLocks };
+export type { LedgerApply, LedgerLocks, LedgerReads };
 
-/** The ledger-only kinds a batch may take, with their apply and its locks. */
-export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: LedgerLocks }>>;
+/** The ledger-only kinds a batch may take, with their apply, its locks and (optionally) its first reads. */
+export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: LedgerLocks; reads?: LedgerReads }>>;
 
 export interface LedgerStepResult {
   claim: StepClaim;
@@ -160,6 +160,9 @@ export async function claimAndApplyLedgerSteps(
       // Issued, not awaited: the first step's reads (its apply finds every lock held) follow the locks in the same
       // round trip, in issue order, so they read under them.
       const locked = takeLocks(tx, [...needs.flat(), ...completeNeeds]);
+      // The siblings' first reads (rows just locked, which no step before them writes) go in the same round trip:
+      // each sibling's apply then finds them answered and writes without a round trip of its own (ADR 0026).
+      for (const s of siblings) tx.readEarly(kinds[s.kind]!.reads?.(s) ?? []);
 
       const current = new Map(steps.map((s) => [s.id, s]));
       const results: LedgerStepResult[] = [];

@@ -29,15 +29,18 @@ afterEach(() => {
 /**
  * Round trips of a three-step batch with phase A (session, attachment,
  * launch intent; ADR 0015/0016), COMMIT included: guard, step locks, effect
- * locks with the first step's reads, one per step's writes (with its
- * read-back, checked before COMMIT, and the next step's claim and reads),
- * phase A's step re-read with its verification, COMMIT. Each claim and
- * record travels with the statements after it (`Tx.expect`); a round trip
- * more per step would show here. Before (a claim and a record each waited
- * for its answer) the same batch took six more; before the read-backs were
- * checked later and phase A verified the rows as written, four more.
+ * locks with the first step's reads and the second step's (sent early, ADR
+ * 0026), the first two steps' writes together (each with its read-back,
+ * checked before COMMIT, and the next step's claim; then the launch
+ * intent's reads), the launch intent's writes, phase A's step re-read with
+ * its verification, COMMIT. Each claim and record travels with the
+ * statements after it (`Tx.expect`); a round trip more per step would show
+ * here. Before the second step's reads went early, one more; before (a claim
+ * and a record each waited for its answer) six more than that; before the
+ * read-backs were checked later and phase A verified the rows as written,
+ * four more.
  */
-const ROUND_TRIPS = { postgres: 9, mysql: 9 };
+const ROUND_TRIPS = { postgres: 8, mysql: 8 };
 
 const KINDS = LEDGER_KINDS;
 
@@ -181,18 +184,21 @@ describe('ledger-only steps of one operation in one transaction', () => {
     expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [s.c.taskId])).toBe(1);
   });
 
-  it('sends each claim and record with the statements after it: the whole batch and phase A in a bounded number of round trips', async () => {
-    const s = await setup();
-    const trips = countRoundTrips(t.db);
-    const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);
-    const calls = trips.calls;
-    vi.restoreAllMocks();
-    expect(phaseA).toBe('completing');
-    // Recorded in the transaction that claimed them: no lease is read back, none is left behind.
-    expect(results.map((d) => d.claim.leaseExpiresAt)).toEqual([null, null, null]);
-    for (const { claim, outcome } of results) await expectRecordedInOneClaim(t.db, claim, outcome);
-    expect(calls).toBeLessThanOrEqual(ROUND_TRIPS[t.db.dialect]);
-  });
+  it.each(['session_prepare', 'workspace_attachment'] as const)(
+    'sends each claim and record with the statements after it: the whole batch and phase A in a bounded number of round trips (first %s)',
+    async (first) => {
+      const s = await setup();
+      const trips = countRoundTrips(t.db);
+      const { results, phaseA } = await s.batch(first, 'w1', KINDS, true);
+      const calls = trips.calls;
+      vi.restoreAllMocks();
+      expect(phaseA).toBe('completing');
+      // Recorded in the transaction that claimed them: no lease is read back, none is left behind.
+      expect(results.map((d) => d.claim.leaseExpiresAt)).toEqual([null, null, null]);
+      for (const { claim, outcome } of results) await expectRecordedInOneClaim(t.db, claim, outcome);
+      expect(calls).toBeLessThanOrEqual(ROUND_TRIPS[t.db.dialect]);
+    },
+  );
 
   // Phase A verifies the step rows as the batch wrote them while it re-reads the stored ones (one round trip);
   // that verification stands only when the two agree, so what is verified is always what is stored.

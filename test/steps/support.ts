@@ -21,6 +21,7 @@ import { freshBranchPrepareHandler } from '../../src/kinds/fresh-branch-prepare/
 import { launchIntentHandler } from '../../src/kinds/launch-intent/step';
 import { sessionPrepareHandler } from '../../src/kinds/session-prepare/step';
 import type { EffectDeps, StepHandler } from '../../src/kinds/contract';
+import { ledgerKindsOf } from '../../src/coordinator/step-worker';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import type { LedgerKinds } from '../../src/store/ledger-step';
 import { workspaceAttachmentHandler } from '../../src/kinds/workspace-attachment/step';
@@ -194,10 +195,7 @@ export async function expectRecordedInOneClaim(db: Db, claim: StepClaim, outcome
 }
 
 /** Every kind whose handler can join a ledger batch (store/ledger-step.ts), as a fleet worker passes them. */
-export const LEDGER_KINDS: LedgerKinds = {};
-for (const h of Object.values(defaultStepHandlers) as StepHandler[]) {
-  if (h.applyInClaim && h.applyLocks) LEDGER_KINDS[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks };
-}
+export const LEDGER_KINDS: LedgerKinds = ledgerKindsOf(defaultStepHandlers);
 
 /**
  * A task with an agent in its workspace's shared group (staged files seeded): its workspace attachment, session

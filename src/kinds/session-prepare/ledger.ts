@@ -21,7 +21,7 @@ import { canonicalJson } from '../../canonical/canonical-json';
 import type { SessionPrepareRequest, StepEvidence } from '../../canonical/types';
 import { ConflictError } from '../../domain/errors';
 import { TIER } from '../../db/lock-plan';
-import { runTransaction, type Db, type Tx } from '../../db/tx';
+import { runTransaction, type Db, type Statement, type Tx } from '../../db/tx';
 import { lockClaimedLocked, type ClaimContext } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
 import {
@@ -52,6 +52,7 @@ import {
 import {
   dbReader,
   EFFECT_ROW_UNIQUES,
+  firstReadsOf,
   takeLocks,
   txReader,
   type LockNeed,
@@ -358,6 +359,12 @@ export async function verifySessionPrepareLocked(
 }
 
 /** The rows `applySessionPrepareLocked` will lock (tiers 9–14), for a batch that takes them first (store/ledger-step.ts). */
+/** The reads `applySessionPrepareLocked` makes first (its world), from the step row alone (ADR 0026). */
+export function sessionPrepareApplyReads(step: StepRow): Statement[] {
+  const req = stepRequestOf(step, 'session_prepare');
+  return firstReadsOf((read) => readWorld(read, req, expectedSessionRows(req, ownerOf(step))));
+}
+
 export function sessionPrepareApplyLocks(_tx: Tx, step: StepRow): Promise<LockNeed[]> {
   return Promise.resolve(lockNeeds(stepRequestOf(step, 'session_prepare'), true));
 }

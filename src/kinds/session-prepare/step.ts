@@ -14,6 +14,7 @@ import {
   applySessionPrepareLocked,
   observeSessionPrepare,
   sessionPrepareApplyLocks,
+  sessionPrepareApplyReads,
 } from './ledger';
 
 export const sessionPrepareHandler = ledgerOnlyHandler({
@@ -21,5 +22,6 @@ export const sessionPrepareHandler = ledgerOnlyHandler({
   apply: applySessionPrepare,
   applyInClaim: applySessionPrepareLocked,
   applyLocks: sessionPrepareApplyLocks,
+  applyReads: sessionPrepareApplyReads,
   observe: observeSessionPrepare,
 });

@@ -20,7 +20,7 @@
  * row — each owned by `(operation_id, step_id)`. No event.
  */
 import { canonicalJson } from '../../canonical/canonical-json';
-import { runTransaction, type Db, type Tx } from '../../db/tx';
+import { runTransaction, type Db, type Statement, type Tx } from '../../db/tx';
 import { lockClaimedLocked, type ClaimContext } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
 import {
@@ -36,7 +36,14 @@ import {
   type EffectOutcome,
 } from '../../store/effects/recording';
 import { readEnvironmentRepos, rowHash } from '../../store/effects/row-documents';
-import { dbReader, EFFECT_ROW_UNIQUES, takeLocks, txReader, type LockNeed } from '../../store/effects/row-locks';
+import {
+  dbReader,
+  EFFECT_ROW_UNIQUES,
+  firstReadsOf,
+  takeLocks,
+  txReader,
+  type LockNeed,
+} from '../../store/effects/row-locks';
 import {
   envReposMatch,
   expectedAttachmentRows,
@@ -236,6 +243,21 @@ export async function verifyWorkspaceAttachmentLocked(
  * 11.1–12.2), for a batch that takes every step's locks first, in one global
  * order (store/ledger-step.ts). One plain read: the environment's repositories.
  */
+/**
+ * The reads `applyWorkspaceAttachmentLocked` makes first, from the step row alone (ADR 0026): the environment's
+ * repositories (when it has an environment) and then its world, which reads them again.
+ */
+export function workspaceAttachmentApplyReads(step: StepRow): Statement[] {
+  const req = stepRequestOf(step, 'workspace_attachment');
+  const exp = expectedAttachmentRows(req, ownerOf(step));
+  return firstReadsOf((read) =>
+    Promise.all([
+      req.environment_id === null ? null : readEnvironmentRepos(read, req.environment_id),
+      readWorld(read, req, exp),
+    ]),
+  );
+}
+
 export async function workspaceAttachmentApplyLocks(tx: Tx, step: StepRow): Promise<LockNeed[]> {
   const req = stepRequestOf(step, 'workspace_attachment');
   const envRepoIds =

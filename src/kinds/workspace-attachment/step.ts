@@ -15,6 +15,7 @@ import {
   applyWorkspaceAttachmentLocked,
   observeWorkspaceAttachment,
   workspaceAttachmentApplyLocks,
+  workspaceAttachmentApplyReads,
 } from './ledger';
 
 export const workspaceAttachmentHandler = ledgerOnlyHandler({
@@ -22,5 +23,6 @@ export const workspaceAttachmentHandler = ledgerOnlyHandler({
   apply: applyWorkspaceAttachment,
   applyInClaim: applyWorkspaceAttachmentLocked,
   applyLocks: workspaceAttachmentApplyLocks,
+  applyReads: workspaceAttachmentApplyReads,
   observe: observeWorkspaceAttachment,
 });

@@ -35,6 +35,20 @@ export function txReader(tx: Tx): Reader {
   return <T>(sql: string, params: SqlParam[] = []) => tx.rows<T>(sql, params);
 }
 
+/**
+ * The statements `fn` issues through its reader before it first waits for an answer, recorded and not sent (the
+ * answers never come, so `fn` goes no further): what a kind's apply will read first, for a batch to send early
+ * (`Tx.readEarly`, ADR 0026). The very code that reads, so the two cannot drift apart.
+ */
+export function firstReadsOf(fn: (read: Reader) => Promise<unknown>): Statement[] {
+  const seen: Statement[] = [];
+  void fn((sql, params = []) => {
+    seen.push({ sql, params });
+    return new Promise(() => undefined);
+  });
+  return seen;
+}
+
 export function dbReader(db: Db): Reader {
   return <T>(sql: string, params: SqlParam[] = []) => readRows<T>(db, sql, params);
 }

@@ -1,0 +1,77 @@
+/**
+ * Plain reads a transaction sent before it needed their answers
+ * (`Tx.readEarly`, docs/adr/0026-ledger-batch-reads-early.md), kept until the
+ * same statement is issued again.
+ *
+ * Contract: `keep(sql, key, answer)` keeps the answer of a plain read sent
+ * now; `take(key)` returns a kept answer once and forgets it (undefined when
+ * there is none, or it was dropped; a statement kept twice answers twice, in
+ * order); `issued(sql)` is called for every
+ * statement the transaction issues after that: any statement that is not a
+ * SELECT may write, and drops the kept reads of every table it names as
+ * written (`INSERT INTO`, `UPDATE`, `DELETE FROM`), or all of them when it
+ * names none. A SELECT, locking or not, writes nothing and drops nothing.
+ * Over-dropping only costs the round trip the early read saved; keeping an
+ * answer a write changed would be wrong, so the parse errs on dropping.
+ *
+ * What makes a kept answer the answer the statement would get when issued
+ * again: the caller keeps only reads of rows the transaction already holds
+ * locked (nobody else can change them), and every write of the transaction
+ * itself goes through `issued`.
+ */
+import type { StatementResult } from './batch';
+
+/** Tables a read may look at: every name after FROM or JOIN (subqueries included). */
+const READ_TABLES = /\b(?:FROM|JOIN)\s+([A-Za-z_][A-Za-z0-9_]*)/gi;
+/** Tables a statement may write. */
+const WRITE_TABLES = /\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([A-Za-z_][A-Za-z0-9_]*)/gi;
+/** A plain read: a SELECT without a locking clause. */
+const PLAIN_READ = /^\s*SELECT\b(?![\s\S]*\b(?:FOR\s+(?:UPDATE|SHARE)|LOCK\s+IN\s+SHARE\s+MODE)\b)/i;
+
+function namesIn(sql: string, pattern: RegExp): Set<string> {
+  return new Set([...sql.matchAll(pattern)].map((m) => (m[1] as string).toLowerCase()));
+}
+
+export function isPlainRead(sql: string): boolean {
+  return PLAIN_READ.test(sql) && !/pg_advisory/i.test(sql);
+}
+
+interface Kept {
+  answer: Promise<StatementResult>;
+  tables: Set<string>;
+}
+
+export class EarlyReads {
+  private readonly kept = new Map<string, Kept[]>();
+
+  keep(sql: string, key: string, answer: Promise<StatementResult>): void {
+    if (!isPlainRead(sql)) throw new Error(`internal: only a plain read may be read early ("${sql.slice(0, 80)}")`);
+    // Handled: a failed round trip fails the transaction, and nobody may ever ask for this answer.
+    answer.catch(() => undefined);
+    const queue = this.kept.get(key) ?? [];
+    queue.push({ answer, tables: namesIn(sql, READ_TABLES) });
+    this.kept.set(key, queue);
+  }
+
+  take(key: string): Promise<StatementResult> | undefined {
+    const queue = this.kept.get(key);
+    const k = queue?.shift();
+    if (queue?.length === 0) this.kept.delete(key);
+    return k?.answer;
+  }
+
+  issued(sql: string): void {
+    if (this.kept.size === 0 || /^\s*SELECT\b/i.test(sql)) return;
+    const written = namesIn(sql, WRITE_TABLES);
+    for (const [key, queue] of this.kept) {
+      if (written.size === 0 || queue.some((k) => [...k.tables].some((t) => written.has(t)))) this.kept.delete(key);
+    }
+  }
+
+  /** Answers kept and not yet asked for. */
+  get size(): number {
+    let n = 0;
+    for (const queue of this.kept.values()) n += queue.length;
+    return n;
+  }
+}
