@@ -14,10 +14,12 @@
  * Over-dropping only costs the round trip the early read saved; keeping an
  * answer a write changed would be wrong, so the parse errs on dropping.
  *
- * What makes a kept answer the answer the statement would get when issued
- * again: the caller keeps only reads of rows the transaction already holds
- * locked (nobody else can change them), and every write of the transaction
- * itself goes through `issued`.
+ * Why a kept answer may stand for the statement issued again: for rows the
+ * transaction already holds locked, nobody else can change them, and every
+ * write of the transaction itself goes through `issued`; for rows it does
+ * not lock, a read under READ COMMITTED may be outdated by COMMIT wherever
+ * in the transaction it runs, so running it a round trip earlier (after the
+ * same locks) gives nothing weaker.
  */
 import type { StatementResult } from './batch';
 

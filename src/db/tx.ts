@@ -243,8 +243,9 @@ export class Tx {
   /**
    * Sends plain reads with the next round trip, before anything asks for them, and keeps their answers: the same
    * statements (same SQL and parameters) issued later in this transaction are answered from there, with no round
-   * trip of their own, unless a write issued in between named a table they read (src/db/early-reads.ts). Only for
-   * reads of rows the transaction already holds locked (ADR 0026): nothing but its own writes can change them.
+   * trip of their own, unless a write issued in between named a table they read (src/db/early-reads.ts). For reads
+   * issued after the locks they read under (ADR 0026): locked rows change only by this transaction's own writes,
+   * and a read of unlocked rows could be outdated by COMMIT wherever it ran.
    */
   readEarly(statements: readonly Statement[]): void {
     if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');

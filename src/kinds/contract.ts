@@ -82,8 +82,8 @@ export interface StepHandler<K extends StepKind = StepKind> {
    */
   readonly applyLocks?: LedgerLocks;
   /**
-   * With `applyInClaim`: the plain reads it makes first, from the step row alone (only rows `applyLocks` locks),
-   * which a batch sends early, with the locks, for a step that follows another in it (ADR 0026).
+   * With `applyInClaim`: the plain reads it makes first, from the step row alone, which a batch sends early, after
+   * its locks, for a step that follows another in it (ADR 0026).
    */
   readonly applyReads?: LedgerReads;
   /** Observes the effect of an existing step without changing anything. */

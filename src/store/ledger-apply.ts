@@ -17,8 +17,8 @@ export type LedgerApply = (tx: Tx, claim: StepClaim, claimed?: ClaimContext) => 
 export type LedgerLocks = (tx: Tx, step: StepRow) => Promise<LockNeed[]>;
 
 /**
- * The plain reads a kind's `LedgerApply` makes first, from the step row alone, when they read only rows its
- * `LedgerLocks` lock and nothing an earlier step of a batch writes decides them: a batch sends them early, with the
- * locks (ADR 0026). A read that does not match what apply then issues is only sent again.
+ * The plain reads a kind's `LedgerApply` makes first, from the step row alone: a batch sends them early, right after
+ * its locks (ADR 0026), for a step that follows another. A read that an earlier step's write may change is dropped
+ * and sent again, as is one that does not match what apply then issues.
  */
 export type LedgerReads = (step: StepRow) => Statement[];
