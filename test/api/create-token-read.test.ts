@@ -64,7 +64,7 @@ describe('POST /tasks reads the token with the request', () => {
       { body: valid },
       { body: [1, 2] },
       { body: { workspace_id: ws.workspaceId, title: 42 } },
-      { body: { workspace_id: ws.workspaceId, title: 'x', external_id: '' } },
+      { body: { workspace_id: ws.workspaceId, title: 'x', external_id: 'a\u0001b' } },
       { body: { workspace_id: 'not-a-uuid', title: 'x' } },
       { body: { workspace_id: other.workspaceId, title: 'x' } },
       { body: { workspace_id: ws.workspaceId, title: 'x', agent_profile_id: randomUUID() } },
@@ -82,6 +82,11 @@ describe('POST /tasks reads the token with the request', () => {
     // The same requests with the member's token get their own answers: the 401s above were the token's.
     const bad = await call(api.app, 'POST', '/api/v1/tasks', { token: ws.token, body: { ...valid, title: 42 } });
     expect(bad.status).toBe(400);
+    const badId = await call(api.app, 'POST', '/api/v1/tasks', {
+      token: ws.token,
+      body: { ...valid, external_id: 'a\u0001b' },
+    });
+    expect(badId.body.error).toBe('invalid_external_id');
     const foreign = await call(api.app, 'POST', '/api/v1/tasks', {
       token: ws.token,
       body: { workspace_id: other.workspaceId, title: 'x' },
