@@ -27,6 +27,8 @@ const VARIABLES = [
   'TASKLEDGER_SWEEP_MS',
   'TASKLEDGER_LOG_LEVEL',
   'TASKLEDGER_SWEEP_WORKSPACE_ID',
+  'TASKLEDGER_SPAWNER',
+  'TASKLEDGER_SPAWNER_BIN',
 ];
 const env = Object.fromEntries(
   VARIABLES.filter((name) => process.env[name] !== undefined).map((name) => [name, process.env[name]]),

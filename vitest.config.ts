@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 /**
@@ -12,13 +13,21 @@ const runId = process.env.TASKLEDGER_TEST_RUN_ID ?? String(process.pid);
 const pgUrl = process.env.TASKLEDGER_TEST_PG_URL ?? `postgres://postgres@127.0.0.1:5432/taskledger_test_${runId}`;
 const mysqlUrl = process.env.TASKLEDGER_TEST_MYSQL_URL ?? `mysql://root@127.0.0.1:3306/taskledger_test_${runId}`;
 const redisUrl = process.env.TASKLEDGER_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+// The sources under test start processes from the native spawner the global setup builds into dist/, as a
+// deployment does (src/launch/shared-spawner.ts); test/launch/spawner.test.ts also drives the Node helper.
+const spawnerBin = fileURLToPath(new URL('./dist/spawner-native', import.meta.url));
 
 function project(name: 'postgres' | 'mysql', url: string) {
   return {
     extends: true as const,
     test: {
       name,
-      env: { TASKLEDGER_DB_URL: url, TASKLEDGER_REDIS_URL: redisUrl, TASKLEDGER_TEST_DIALECT: name },
+      env: {
+        TASKLEDGER_DB_URL: url,
+        TASKLEDGER_REDIS_URL: redisUrl,
+        TASKLEDGER_TEST_DIALECT: name,
+        TASKLEDGER_SPAWNER_BIN: spawnerBin,
+      },
       globalSetup: ['test/support/global-setup.ts'],
     },
   };

@@ -20,6 +20,7 @@
  *
  * Usage: node scripts/build.mjs [--out DIR]   (default dist/)
  */
+import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,7 +50,32 @@ export async function buildDist(outdir = join(root, 'dist')) {
   });
   // Plain JavaScript forked as its own process (src/launch/spawner.ts): copied, not bundled.
   copyFileSync(join(root, 'src/launch/spawner-child.mjs'), join(outdir, 'spawner-child.mjs'));
+  compileSpawner(join(outdir, 'spawner-native'));
   return readdirSync(outdir);
+}
+
+/**
+ * Compiles the native spawner helper (src/launch/spawner-native.c, docs/adr/0027-native-spawner.md) to `out`
+ * with the system's C compiler (`$CC`, else `cc`) and checks that it runs. Without a compiler, or where it
+ * fails, it warns and leaves no file: src/launch/shared-spawner.ts then uses the Node helper. Returns whether
+ * it built one.
+ */
+export function compileSpawner(out) {
+  const cc = process.env.CC || 'cc';
+  try {
+    execFileSync(cc, ['-O2', '-Wall', '-o', out, join(root, 'src/launch/spawner-native.c')], { stdio: 'pipe' });
+    if (execFileSync(out, ['--check'], { encoding: 'utf8' }).trim() !== 'ok') throw new Error('--check failed');
+    return true;
+  } catch (err) {
+    rmSync(out, { force: true });
+    const why = String(err.stderr || err.message)
+      .trim()
+      .split('\n')
+      .slice(-3)
+      .join(' | ');
+    console.warn(`build: no native spawner (${why}); agents and Git start from the Node helper`);
+    return false;
+  }
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -23,7 +23,8 @@
  *   happen; `isWorktreeRace` recognises it and `deleteBranchAt` undoes the
  *   branch by compare-and-set.
  */
-import { runCommand, type RunResult } from '../launch/spawner';
+import { runCommand } from '../launch/shared-spawner';
+import type { RunResult } from '../launch/spawner';
 import { readdir, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 

@@ -4,7 +4,8 @@
  * `GitError.reason`: not_a_repository, unknown_ref, or git_failed (the
  * command was lost or answered something that is not a commit ID).
  */
-import { runCommand, type RunRequest } from '../launch/spawner';
+import { runCommand } from '../launch/shared-spawner';
+import type { RunRequest } from '../launch/spawner';
 
 /** Why 10 s: rev-parse on a local repository takes milliseconds; a hung
  *  filesystem must not hold a create request forever. */

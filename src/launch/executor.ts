@@ -31,7 +31,8 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { NoDispatchProof } from '../store/launch-dispatch-recovery';
 import { DISPATCH_KEY_ENV, findDispatchProcesses } from './dispatch-processes';
-import { sharedSpawner, SpawnRefused, type AgentSpawner } from './spawner';
+import { sharedSpawner } from './shared-spawner';
+import { SpawnRefused, type AgentSpawner } from './spawner';
 import { stopDispatchedAgent, type StopRef, type StopResult } from './stop-agent';
 import {
   createMarkerExclusive,

@@ -113,10 +113,9 @@ function run(id, cmd) {
       reply({ id, ok: true, result });
     },
   );
-  if (typeof cmd.input === 'string') {
-    child.stdin?.on('error', () => undefined);
-    child.stdin?.end(cmd.input);
-  }
+  // No input: stdin ends at once, so a command that reads it does not wait for its timeout.
+  child.stdin?.on('error', () => undefined);
+  child.stdin?.end(typeof cmd.input === 'string' ? cmd.input : undefined);
 }
 
 process.on('message', (req) => {

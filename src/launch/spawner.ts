@@ -1,5 +1,9 @@
 /**
- * Starts agent processes from a small helper process (src/launch/spawner-child.mjs)
+ * The spawner contract (`AgentSpawner`, `RunRequest`/`RunResult`, `SpawnRefused`/`SpawnLost`) and its Node
+ * implementations. Which one a process uses: src/launch/shared-spawner.ts (by default the C helper of
+ * src/launch/native-spawner.ts, which keeps this contract; the Node helper below where none was built).
+ *
+ * `HelperSpawner` starts agent processes from a small Node helper process (src/launch/spawner-child.mjs)
  * instead of the worker itself. A worker's heap is 100+ MB; every `spawn`
  * from it forks (copies the page tables of) all of it, which cost a fifth of a
  * worker's CPU in the bench. The helper has no application code loaded, so a
@@ -17,8 +21,7 @@
  * `HelperSpawner.run(cmd)` runs a short command (Git, for the step effects)
  * from the same helper and resolves with its outcome, whatever its exit
  * status; it rejects with `SpawnLost` when the helper died first (the command
- * may or may not have run). `runCommand` uses the process-wide helper, or runs
- * in this process when `TASKLEDGER_SPAWNER=inline`.
+ * may or may not have run). `runInline` runs one in this process.
  *
  * `inlineSpawner` does the same in this process (no helper): for hosts where a
  * second process is not wanted, and the fallback when the helper cannot be
@@ -95,6 +98,8 @@ type Reply =
   | { id: number; ok: false; code: string; message: string };
 
 interface Pending {
+  /** The helper the request went to: its death loses only its own requests. */
+  owner: ChildProcess;
   resolve(v: unknown): void;
   reject(err: Error): void;
 }
@@ -112,6 +117,7 @@ export class HelperSpawner implements AgentSpawner {
     const lost = (why: string) => {
       if (this.child === child) this.child = null;
       for (const [id, p] of this.pending) {
+        if (p.owner !== child) continue;
         this.pending.delete(id);
         p.reject(new SpawnLost(`the agent spawner ${why}`));
       }
@@ -145,7 +151,7 @@ export class HelperSpawner implements AgentSpawner {
     const child = this.helper();
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve, reject });
+      this.pending.set(id, { owner: child, resolve: resolve, reject });
       this.idle(child);
       child.send({ id, ...message }, (err) => {
         if (err && this.pending.delete(id)) {
@@ -158,6 +164,11 @@ export class HelperSpawner implements AgentSpawner {
 
   spawn(req: SpawnRequest): Promise<{ pid: number | null }> {
     return this.request<{ pid: number | null }>(req);
+  }
+
+  /** The helper process's PID while it runs (operators and tests), else null. */
+  get pid(): number | null {
+    return this.child?.pid ?? null;
   }
 
   run(cmd: RunRequest): Promise<RunResult> {
@@ -202,18 +213,6 @@ export const inlineSpawner: AgentSpawner = {
   close() {},
 };
 
-let shared: HelperSpawner | null = null;
-
-function sharedHelper(): HelperSpawner {
-  shared ??= new HelperSpawner();
-  return shared;
-}
-
-/** The process-wide helper spawner (one helper per worker process). */
-export function sharedSpawner(): AgentSpawner {
-  return sharedHelper();
-}
-
 /** Runs `cmd` in this process (forks this process's heap). */
 export function runInline(cmd: RunRequest): Promise<RunResult> {
   return new Promise((resolve) => {
@@ -234,17 +233,8 @@ export function runInline(cmd: RunRequest): Promise<RunResult> {
         });
       },
     );
-    if (cmd.input !== undefined) {
-      child.stdin?.on('error', () => undefined);
-      child.stdin?.end(cmd.input);
-    }
+    // No input: stdin ends at once, so a command that reads it does not wait for its timeout.
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(cmd.input);
   });
-}
-
-/**
- * Runs a short command from the process-wide helper (so this process never forks its heap), or in this
- * process when TASKLEDGER_SPAWNER=inline. Rejects with `SpawnLost` only when the helper died first.
- */
-export function runCommand(cmd: RunRequest): Promise<RunResult> {
-  return process.env.TASKLEDGER_SPAWNER === 'inline' ? runInline(cmd) : sharedHelper().run(cmd);
 }
