@@ -70,6 +70,11 @@ export class EarlyReads {
     }
   }
 
+  /** Nothing kept: a statement issued need not be looked up (nor its key computed). */
+  get empty(): boolean {
+    return this.kept.size === 0;
+  }
+
   /** Answers kept and not yet asked for. */
   get size(): number {
     let n = 0;

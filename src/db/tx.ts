@@ -231,7 +231,7 @@ export class Tx {
     let sent = false;
     const results = statements.map((stmt) => {
       this.early.issued(stmt.sql);
-      const kept = this.early.take(statementKey(stmt.sql, stmt.params));
+      const kept = this.early.empty ? undefined : this.early.take(statementKey(stmt.sql, stmt.params));
       if (kept !== undefined) return kept;
       sent = true;
       return new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
