@@ -87,7 +87,8 @@ export async function sendBatch(
       const p = r as PgResult;
       return { rows: p.rows ?? [], affected: Number(p.rowCount ?? 0), command: p.command };
     }
-    if (Array.isArray(r)) return { rows: r as Record<string, unknown>[], affected: 0 };
+    // A SELECT counts the rows it answered, as PostgreSQL's rowCount does (a fence checked by count, ADR 0028).
+    if (Array.isArray(r)) return { rows: r as Record<string, unknown>[], affected: r.length };
     return { rows: [], affected: Number((r as MysqlHeader).affectedRows ?? 0) };
   });
   return results.slice(lead.length);

@@ -5,7 +5,9 @@
  * PostgreSQL:
  * Contract: `checkedSql(sql, affected, index)` wraps one INSERT/UPDATE/DELETE
  * (inlined PostgreSQL text, no RETURNING of its own) so that it FAILS when it
- * does not change exactly `affected` rows: the server then skips the rest of
+ * does not change exactly `affected` rows — or one SELECT, locking or not,
+ * so that it fails when it does not answer exactly `affected` rows (a fence
+ * checked on the server, ADR 0028): the server then skips the rest of
  * the batch, COMMIT included, and the runner rolls back. The failure is an
  * `invalid_text_representation` error whose text carries the row count and
  * the statement's index; `checkedFailure(err)` reads them back (null for any
@@ -17,15 +19,18 @@
  * ADR 0022): `checkedStatementsMysql(stmt, affected, index)` is the write
  * followed by a SELECT that overflows BIGINT UNSIGNED (error 1690) when
  * `ROW_COUNT()` — the write's affected rows, as the driver counts them — is
- * not `affected`; the server stops the multi-statement there, COMMIT
+ * not `affected` (`FOUND_ROWS()`, the rows answered, after a SELECT); the server stops the multi-statement there, COMMIT
  * included. The error text quotes the expression, whose literal names the
  * statement's index (the count itself is not in it: reported as NaN).
  */
 const MARK = 'taskledger_expect_';
 
+/** A plain or locking SELECT: checked on the rows it answers instead of the rows it changed. */
+const isSelect = (sql: string) => /^\s*SELECT\b/i.test(sql);
+
 export function checkedSql(sql: string, affected: number, index: number): string {
   return (
-    `WITH checked AS (${sql.trimEnd()} RETURNING 1) ` +
+    `WITH checked AS (${sql.trimEnd()}${isSelect(sql) ? '' : ' RETURNING 1'}) ` +
     `SELECT CAST(CASE WHEN count(*) = ${affected} THEN '1' ELSE count(*) || ':${MARK}${index}' END AS integer) AS ok FROM checked`
   );
 }
@@ -35,7 +40,9 @@ export function checkedStatementsMysql<S extends { sql: string; params: readonly
   affected: number,
   index: number,
 ): [S, { sql: string; params: [] }] {
-  return [stmt, { sql: `SELECT ~0 + (ROW_COUNT() <> ${affected} AND '${MARK}${index}' <> '') AS ok`, params: [] }];
+  // After a SELECT, ROW_COUNT() is -1 and FOUND_ROWS() the rows it answered.
+  const count = isSelect(stmt.sql) ? 'FOUND_ROWS()' : 'ROW_COUNT()';
+  return [stmt, { sql: `SELECT ~0 + (${count} <> ${affected} AND '${MARK}${index}' <> '') AS ok`, params: [] }];
 }
 
 export function checkedFailure(err: unknown): { index: number; affected: number } | null {

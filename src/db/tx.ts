@@ -174,7 +174,9 @@ export class Tx {
    * rolls the whole transaction back, and is what the caller sees even when
    * a later statement failed first. Only for a compare-and-set on rows this
    * transaction already holds, whose outcome nothing before COMMIT reads
-   * (what follows assumes it took; if it did not, none of it commits).
+   * (what follows assumes it took; if it did not, none of it commits) — or
+   * for a fence: a SELECT, locking or not, that must answer `affected` rows
+   * (ADR 0028), on the same terms.
    */
   expect(statement: Statement, affected: number, mismatch: () => Error): void {
     if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
@@ -183,6 +185,7 @@ export class Tx {
     const result = new Promise<StatementResult>((resolve, reject) => {
       item = { stmt: statement, resolve, reject };
     });
+    // A SELECT (a fence, ADR 0028) counts the rows it answered (src/db/batch.ts).
     item.check = this.expectations.track(result, affected, mismatch);
     this.pending.push(item);
     this.scheduleFlush();
@@ -204,11 +207,16 @@ export class Tx {
   }
 
   /**
-   * The expected writes still waiting to be sent, when nothing else is: the
-   * runner sends them with COMMIT instead, made to fail on a wrong count (src/db/checked-commit.ts).
+   * The statements still waiting to be sent when the body ended, for the runner to send with COMMIT instead
+   * (expected writes and fences made to fail on a wrong count, src/db/checked-commit.ts): the expected ones when
+   * nothing else waits; every one when the body left final writes (`commitWith`) and nothing was sent ahead to
+   * answer them (ADR 0028: a body that issues its fences, locks and writes without awaiting any commits in one
+   * round trip). Nothing can read their answers before COMMIT: the body has returned.
    */
-  takeUnsentChecks(): Pending[] {
-    if (this.pending.length === 0 || !this.pending.every((p) => p.check !== undefined)) return [];
+  takeUnsent(): Pending[] {
+    if (this.pending.length === 0) return [];
+    const onlyChecks = this.pending.every((p) => p.check !== undefined);
+    if (!onlyChecks && (this.finals === null || this.prefetched.length > 0)) return [];
     return this.pending.splice(0);
   }
 
@@ -547,30 +555,46 @@ async function commitFinals(
   return results.slice(0, finals.length);
 }
 
-/** `commitFinals`, settling the expected writes sent with it: a wrong count is reported as their own mismatch. */
+/** The statements that stand for `unsent[i]` in the COMMIT's round trip: a check's made to fail on a wrong count. */
+function unsentStatements(dialect: Dialect, u: Pending, i: number): Statement[] {
+  if (u.check === undefined) return [u.stmt];
+  return dialect === 'postgres'
+    ? [{ sql: checkedSql(u.stmt.sql, u.check.affected, i), params: u.stmt.params }]
+    : checkedStatementsMysql(u.stmt, u.check.affected, i);
+}
+
+/**
+ * `commitFinals`, settling the statements the body left unsent that went with it (`Tx.takeUnsent`): an
+ * expected write's or fence's wrong count is reported as its own mismatch; a plain statement gets its result.
+ */
 async function commitChecked(
   qr: QueryRunner,
   dialect: Dialect,
   finals: readonly Statement[],
   begin: boolean,
-  checks: readonly Pending[],
+  unsent: readonly Pending[],
 ): Promise<StatementResult[]> {
   let results: StatementResult[];
   try {
     results = await commitFinals(qr, dialect, finals, begin);
   } catch (err) {
     const failed = checkedFailure(err);
-    const item = failed === null ? undefined : checks[failed.index];
-    if (item && failed) {
+    const item = failed === null ? undefined : unsent[failed.index];
+    if (item?.check && failed) {
       item.resolve({ rows: [], affected: failed.affected });
-      await item.check!.answer;
+      await item.check.answer;
     }
-    for (const c of checks) if (c !== item) c.reject(err);
+    for (const c of unsent) if (c !== item || !c.check) c.reject(err);
     throw err;
   }
-  for (const c of checks) c.resolve({ rows: [], affected: c.check!.affected });
-  // One statement per check on PostgreSQL, the write and its check on MySQL.
-  return results.slice(checks.length * (dialect === 'postgres' ? 1 : 2));
+  let at = 0;
+  for (const u of unsent) {
+    if (u.check) u.resolve({ rows: [], affected: u.check.affected });
+    else u.resolve(results[at] as StatementResult);
+    // One statement per check on PostgreSQL, the write and its check on MySQL; one per plain statement.
+    at += u.check && dialect !== 'postgres' ? 2 : 1;
+  }
+  return results.slice(at);
 }
 
 async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
@@ -608,18 +632,12 @@ export async function runTransaction<T>(
       // START TRANSACTION goes out with the transaction's first statements (Tx.send).
       tx = new Tx(qr, db.dialect);
       const result = await fn(tx);
-      // Compare-and-sets still unsent travel with COMMIT, made to fail on a wrong count (src/db/checked-commit.ts).
-      const unsent = !tx.isRollbackOnly ? tx.takeUnsentChecks() : [];
-      await tx.expectations.settle(new Set(unsent.map((u) => u.check!)));
+      // Compare-and-sets (and fences, and with final writes every statement) still unsent travel with COMMIT,
+      // a check made to fail on a wrong count (src/db/checked-commit.ts).
+      const unsent = !tx.isRollbackOnly ? tx.takeUnsent() : [];
+      await tx.expectations.settle(new Set(unsent.flatMap((u) => (u.check ? [u.check] : []))));
       await tx.close();
-      const finals = [
-        ...unsent.flatMap((u, i): Statement[] =>
-          db.dialect === 'postgres'
-            ? [{ sql: checkedSql(u.stmt.sql, u.check!.affected, i), params: u.stmt.params }]
-            : checkedStatementsMysql(u.stmt, u.check!.affected, i),
-        ),
-        ...tx.finalWrites,
-      ];
+      const finals = [...unsent.flatMap((u, i) => unsentStatements(db.dialect, u, i)), ...tx.finalWrites];
       if (finals.length > 0 && !tx.isRollbackOnly) {
         committing = true;
         sentFinals = true;

@@ -106,3 +106,23 @@ export async function lockAuthorityLocked(
     authority_id: doc.authority_id,
   });
 }
+
+/**
+ * `lockAuthorityLocked`'s lock and check as one statement the server checks (ADR 0028: Begin's one-round-trip
+ * attempt): the token row locked (tier 1.5, FOR SHARE) only when it still covers the document, and `mismatch()`
+ * when it does not (the caller starts over with `lockAuthorityLocked` for the precise error). No statement for
+ * the trusted in-process variants.
+ */
+export function fenceAuthorityLocked(tx: Tx, doc: ActorBindingDocument, mismatch: () => Error): void {
+  if (doc.variant !== 'api_principal') return;
+  tx.lockRow(TIER.AUTHORITY, 'api_tokens', doc.authority_id);
+  tx.expect(
+    {
+      sql: `SELECT id FROM api_tokens WHERE id = ? AND revoked_at IS NULL AND revision = ? AND principal_id = ?
+        AND (role = 'operator' OR workspace_id = ?) ${tx.forShare}`,
+      params: [doc.authority_id, doc.authority_revision, doc.principal_id, doc.workspace_id],
+    },
+    1,
+    mismatch,
+  );
+}

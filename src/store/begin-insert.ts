@@ -14,7 +14,7 @@
 import { canonicalJson } from '../canonical/canonical-json';
 import { actorBindingHash, idempotencyKey, manifestHash, stepRequestHash } from '../canonical/hash';
 import type { ActorBindingDocument } from '../canonical/types';
-import { ConflictError, isTaskLedgerError, TaskLedgerError } from '../domain/errors';
+import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
 import { runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
@@ -22,7 +22,7 @@ import type { StatementResult } from '../db/batch';
 import { forceIndexSql, RestartCommand } from '../db/dialect';
 import { planBlockerIds } from '../plan/blockers';
 import type { BuiltPlan } from '../plan/build-plan';
-import { lockAuthorityLocked } from './actor';
+import { fenceAuthorityLocked, lockAuthorityLocked } from './actor';
 import { externalIdKeyDigest, taskKeyDigest } from './lock-keys';
 import { findByExternalIdLocked, isSettled, TASK_VIEW_COLUMNS, toTaskView, type TaskViewRow } from './task-view';
 import type { PlannedStep, TaskView } from './types';
@@ -164,12 +164,17 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
   const { plan } = input.built;
   const manifest = manifestHash(plan);
   const actorHash = actorBindingHash(input.actor);
-  // Only the first attempt sends the common case's rows ahead (ADR 0024).
-  let sendAhead = true;
+  // Only the first attempt checks its fences on the server and commits in one round trip (ADR 0028).
+  let oneRoundTrip = input.externalId === null && taskTierIsNewKeyOnly(input);
   const res = await runTransaction<Attempt>(
     db,
     'BeginTaskCreation',
     async (tx) => {
+      if (oneRoundTrip) {
+        // A fence that fails starts it over on the checked path below, which gives the precise refusal.
+        oneRoundTrip = false;
+        return commonCaseInOneRoundTrip(tx, input, manifest, actorHash);
+      }
       // Tiers 1 (the workspace fence, shared: creations run in parallel; deletion takes it exclusively), 1.5 (the
       // actor's authority), 2 (the placement's admission row) and 4.1 (archive / deletion membership barriers
       // covering this workspace): issued together in lock order, one round trip (Tx.batch), then checked in that
@@ -187,24 +192,10 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           plan.workspace_id,
         ]);
       }
-      const barriersRead = tx.rows<{ operation_id: string }>(
-        `SELECT operation_id FROM archive_membership_barriers ${forceIndexSql(tx.dialect, 'ix_archive_membership_barriers_scope_state')}
-          WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
-        [plan.workspace_id],
-      );
-      // The common case's first attempt sends its operation row, task key and identity lock ahead, with these
-      // reads (ADR 0024): they are the next tiers (4.2, 5.2, 6), and a check below that fails rolls them back.
+      const fenced = barriersStatement(tx, plan.workspace_id);
+      const barriersRead = tx.rows<{ operation_id: string }>(fenced.sql, [...fenced.params]);
       const common = input.externalId === null && taskTierIsNewKeyOnly(input);
-      const ahead = common && sendAhead ? newTaskRowsLocked(tx, input, manifest, actorHash) : undefined;
-      ahead?.catch(() => undefined);
-      sendAhead = false;
       const [ws, authorized, step, barriers] = await Promise.allSettled([wsRead, authority, stepRead, barriersRead]);
-      const failed = [ws, authorized, step, barriers].find((r) => r.status === 'rejected');
-      if (ahead && failed && !isTaskLedgerError(failed.reason)) {
-        // A statement failed on the server, maybe one sent ahead (the round trip stops at its first error): start
-        // over without them, so that the checks give their own answer.
-        throw new RestartCommand('Begin: a statement failed in the round trip the operation row went ahead in');
-      }
       // A workspace being deleted answers as one that does not exist (its deletion committed after authorize()).
       const wsRow = settledValue(ws);
       if (!wsRow || wsRow.state !== 'active') throw new TaskLedgerError('not_authorized', 'task not created', {});
@@ -222,11 +213,11 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         });
       }
 
-      // The common case sends its operation row, task key and identity lock in one round trip (Tx.batch keeps the
-      // tier order; the server runs them in that order and stops at the first error): with the fences above when
-      // it was sent ahead, otherwise now.
+      // The common case (here after its one-round-trip attempt failed a fence) sends its operation row, task key
+      // and identity lock in one round trip (Tx.batch keeps the tier order; the server runs them in that order and
+      // stops at the first error).
       if (common) {
-        const identity = await (ahead ?? newTaskRowsLocked(tx, input, manifest, actorHash));
+        const identity = await newTaskRowsLocked(tx, input, manifest, actorHash);
         if (identity) {
           tx.rollbackOnly();
           return { kind: 'identity_reused' };
@@ -264,6 +255,58 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
   if (res.kind !== 'created') return res;
   const { committed, ...created } = res;
   return { ...created, task: createdView(input.built.plan.task_id, await committed) };
+}
+
+/** Why Begin's one-round-trip attempt did not commit: it starts over, and the checks above answer precisely. */
+const fenceFailed = () => new RestartCommand('Begin: a fence checked on the server failed');
+
+/**
+ * Begin's common case (no external ID, no parent or blockers) in one round trip (ADR 0028): every lock and fence
+ * of the checked path, in the same tier order, as statements the server checks — the workspace active (1), the
+ * actor's authority current (1.5), the workflow step in the workspace (2), no active membership barrier (4.1) —
+ * then the operation row (4.2), the task key (5.2), no retained identity (6), the inserts, the new task's view
+ * and COMMIT, nothing awaited. A fence that fails stops the round trip before COMMIT; the transaction rolls back
+ * and starts over on the checked path, whose checks give the precise refusal.
+ */
+function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, manifest: string, actorHash: string): Attempt {
+  const { plan } = input.built;
+  tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
+  tx.expect(
+    { sql: `SELECT id FROM workspaces WHERE id = ? AND state = 'active' ${tx.forShare}`, params: [plan.workspace_id] },
+    1,
+    fenceFailed,
+  );
+  fenceAuthorityLocked(tx, input.actor, fenceFailed);
+  if (plan.workflow_step_id !== null) {
+    tx.lockRow(TIER.WORKFLOW, 'workflow_steps', plan.workflow_step_id);
+    tx.expect(
+      {
+        sql: `SELECT id FROM workflow_steps WHERE id = ? AND workspace_id = ? ${tx.forShare}`,
+        params: [plan.workflow_step_id, plan.workspace_id],
+      },
+      1,
+      fenceFailed,
+    );
+  }
+  tx.expect(barriersStatement(tx, plan.workspace_id), 0, fenceFailed);
+  insertOperationRow(tx, input, manifest, actorHash).catch(() => undefined);
+  tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`).catch(() => undefined);
+  tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
+  tx.expect(
+    { sql: 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', params: [plan.task_id] },
+    0,
+    fenceFailed,
+  );
+  return insertCreationRowsLocked(tx, input, manifest, actorHash, false);
+}
+
+/** The active archive / deletion membership barriers covering a workspace (tier 4.1, FOR SHARE). */
+function barriersStatement(tx: Tx, workspaceId: string): Statement {
+  return {
+    sql: `SELECT operation_id FROM archive_membership_barriers ${forceIndexSql(tx.dialect, 'ix_archive_membership_barriers_scope_state')}
+          WHERE scope_workspace_id = ? AND state = 'active' ORDER BY operation_id ${tx.forShare}`,
+    params: [workspaceId],
+  };
 }
 
 /** True when the task tier holds only the new task's key: no parent, no blockers. */

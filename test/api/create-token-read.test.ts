@@ -32,7 +32,7 @@ async function writes(db: Db, workspaceId: string): Promise<number[]> {
 }
 
 describe('POST /tasks reads the token with the request', () => {
-  it('the token, the workspace state and the references go in one round trip; three in all before the answer', async () => {
+  it('the token, the workspace state and the references go in one round trip; two in all before the answer', async () => {
     const ws = await seedWorkspace(t.db);
     // A first request opens the pool's connections (their session setup is a round trip of its own).
     await call(api.app, 'POST', '/api/v1/tasks', {
@@ -50,8 +50,8 @@ describe('POST /tasks reads the token with the request', () => {
     expect(tokenRead).toHaveLength(1);
     expect(tokenRead[0]).toContain(ws.workspaceId);
     expect(tokenRead[0]).toContain(ws.agentProfileId);
-    // The reads (token with references), then Begin's two.
-    expect(trips.calls).toBe(3);
+    // The reads (token with references), then Begin's one (ADR 0028).
+    expect(trips.calls).toBe(2);
   });
 
   it('an unknown token is 401 before a bad body, query or JSON, a foreign workspace or an unknown reference', async () => {

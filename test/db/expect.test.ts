@@ -214,3 +214,77 @@ describe('checks a transaction does not wait for (Tx.checkLater)', () => {
     expect([await nameOf(id), await nameOf(other)]).toEqual(['taken', '<absent>']);
   });
 });
+
+describe('fences checked on the server, and everything unsent, with COMMIT (ADR 0028)', () => {
+  /** A locking read that must answer `n` rows: a fence. */
+  function fence(tx: Tx, id: string, n: number): void {
+    tx.expect(
+      { sql: `SELECT id FROM workspaces WHERE id = ? AND state = 'active' ${tx.forShare}`, params: [id] },
+      n,
+      () => new ConflictError('creation_state_conflict', `workspace ${id} fence failed`, { id }),
+    );
+  }
+
+  function insertAll(tx: Tx, ids: string[]): Promise<unknown> {
+    return tx.commitWith(
+      ids.map((id) => ({
+        sql: `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, 'fenced', 'active', ${tx.now}, ${tx.now})`,
+        params: [id],
+      })),
+    );
+  }
+
+  it('fences, a plain statement and the final writes commit in one round trip; the plain one gets its answer', async () => {
+    const guard = randomUUID();
+    const added = randomUUID();
+    await runTransaction(t.db, 'FenceSetup', (tx) => insertWorkspace(tx, guard, 'guard'));
+    const trips = countRoundTrips(t.db);
+    let answered: unknown = null;
+    await runTransaction(t.db, 'FenceCommit', (tx) => {
+      fence(tx, guard, 1);
+      void tx.rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [guard]).then((r) => {
+        answered = r;
+      });
+      void insertAll(tx, [added]);
+      return Promise.resolve();
+    });
+    const calls = trips.calls;
+    vi.restoreAllMocks();
+    expect(calls).toBe(1);
+    expect(answered).toEqual([{ name: 'guard' }]);
+    expect(await nameOf(added)).toBe('fenced');
+  });
+
+  it('a fence answering a row too many or too few stops the round trip before COMMIT: its error, nothing written', async () => {
+    const guard = randomUUID();
+    await runTransaction(t.db, 'FenceSetup2', (tx) => insertWorkspace(tx, guard, 'guard'));
+    for (const [id, n] of [
+      [guard, 0],
+      [randomUUID(), 1],
+    ] as const) {
+      const added = randomUUID();
+      const err = await runTransaction(t.db, 'FenceFails', (tx) => {
+        fence(tx, id, n);
+        void insertAll(tx, [added]);
+        return Promise.resolve();
+      }).catch((e: unknown) => e);
+      expect(isTaskLedgerError(err, 'creation_state_conflict')).toBe(true);
+      expect((err as Error).message).toBe(`workspace ${id} fence failed`);
+      expect(await nameOf(added)).toBe('<absent>');
+    }
+  });
+
+  it('a fence sent in an ordinary round trip counts the rows it answered too', async () => {
+    const guard = randomUUID();
+    await runTransaction(t.db, 'FenceSetup3', (tx) => insertWorkspace(tx, guard, 'guard'));
+    const err = await runTransaction(t.db, 'FenceEarly', async (tx) => {
+      fence(tx, guard, 0);
+      await tx.rows('SELECT 1 AS one');
+    }).catch((e: unknown) => e);
+    expect((err as Error).message).toBe(`workspace ${guard} fence failed`);
+    await runTransaction(t.db, 'FenceEarlyOk', async (tx) => {
+      fence(tx, guard, 1);
+      await tx.rows('SELECT 1 AS one');
+    });
+  });
+});

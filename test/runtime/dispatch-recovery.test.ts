@@ -160,6 +160,10 @@ describe('launch-dispatch recovery', () => {
       'worker died',
     );
     await until(() => s.starts() >= 1);
+    // The agent writes its line, then execs `sleep`: while the kernel swaps its image, /proc/<pid>/environ can
+    // read empty, so wait until the key is seen (recovery never treats an unseen process as no dispatch while a
+    // start marker exists: it leaves the claim for a later pass).
+    await until(() => (findDispatchProcesses(s.key)?.length ?? 0) >= 1);
     const [pid] = findDispatchProcesses(s.key)!;
     expect(pid).toBeDefined();
     expect(await claimRow(s.res.operationId)).toMatchObject({ state: 'running', generation: 1 });

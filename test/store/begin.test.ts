@@ -63,7 +63,10 @@ async function failFirstInsert(seq: string, table: string, when: string, deadloc
     async attempts(): Promise<number> {
       const [{ n }] = (await sql<{ n: number | string }>(
         t.db,
-        pg ? `SELECT last_value AS n FROM ${seq}` : `SELECT NEXTVAL(${seq}) - 1 AS n`,
+        // A PostgreSQL sequence never advanced still shows last_value 1: is_called tells.
+        pg
+          ? `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM ${seq}`
+          : `SELECT NEXTVAL(${seq}) - 1 AS n`,
       )) as [{ n: number | string }];
       return Number(n);
     },
@@ -121,10 +124,10 @@ describe('BeginTaskCreation outcomes', () => {
     const trips = countRoundTrips(t.db);
     const res = await begin(t.db, ws, { title: 'counted' });
     // The reads outside the transaction (the workspace's state, the workflow step) in one round trip (readRows
-    // gathers reads issued together), then two in the transaction: the locks and barriers with the operation row,
-    // task key and identity lock sent ahead (ADR 0024; MySQL too since ADR 0023: its key lock is one statement);
-    // the inserts, the view and COMMIT together (a round trip each before).
-    expect(trips.calls).toBe(3);
+    // gathers reads issued together), then one for the transaction (ADR 0028): the locks, the fences checked on
+    // the server, the operation row, task key and identity lock, the inserts, the view and COMMIT together (two
+    // before: the fences' answers came back before the inserts went).
+    expect(trips.calls).toBe(2);
     const stored = await sql(t.db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [res.task.id]);
     expect({ ...stored[0], creation_complete: false }).toEqual(res.task);
     expect(res.task.title).toBe('counted');
@@ -455,23 +458,101 @@ describe('a Begin whose inserts fail with COMMIT', () => {
   });
 });
 
-describe("the common case's rows sent ahead with the fences (ADR 0024)", () => {
-  it('a statement sent ahead that fails on the server restarts Begin without them: a refusal is still the refusal', async () => {
+describe('Begin in one round trip: a statement after the fences that fails on the server (ADR 0028)', () => {
+  it('fails Begin with its error, writing nothing; the next Begin creates the task', async () => {
     const ws = await seedWorkspace(t.db);
     // A trigger fails the first operation row of this workspace with an error that is not retried.
     const trigger = await failFirstInsert(
-      `tl_ahead_${randomUUID().replace(/-/g, '').slice(0, 12)}`,
+      `tl_once_${randomUUID().replace(/-/g, '').slice(0, 12)}`,
       'task_creation_operations',
       `NEW.workspace_id = '${ws.workspaceId}'`,
       false,
     );
     try {
-      // Revoked: the first attempt's round trip fails on the injected error; the second reads first and refuses.
-      await revokedRefused(ws);
-      // Only the first attempt sent the row ahead (the refused one sent it after its checks: never).
+      // Every fence passed: the checked path would send the same row and fail the same way, so it is not tried.
+      await expect(begin(t.db, ws, {})).rejects.toThrow(/injected/);
       expect(await trigger.attempts()).toBe(1);
+      expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+      expect((await begin(t.db, ws, {})).outcome).toBe('Created');
     } finally {
       await trigger.drop();
     }
+  });
+
+  it('a fence that fails before it: the refusal, and the row never reached the server', async () => {
+    const ws = await seedWorkspace(t.db);
+    const trigger = await failFirstInsert(
+      `tl_fence_${randomUUID().replace(/-/g, '').slice(0, 12)}`,
+      'task_creation_operations',
+      `NEW.workspace_id = '${ws.workspaceId}'`,
+      false,
+    );
+    try {
+      // Revoked: the authority fence fails first; the checked path then refuses before inserting anything.
+      await revokedRefused(ws);
+      expect(await trigger.attempts()).toBe(0);
+    } finally {
+      await trigger.drop();
+    }
+  });
+});
+
+describe('Begin in one round trip, its fences checked on the server (ADR 0028)', () => {
+  /** Begins a task in `ws`'s repository; `between` runs after Begin's reads, before its transaction (Git's turn). */
+  function beginWithGap(ws: Awaited<ReturnType<typeof seedWorkspace>>, body: object, between: () => Promise<unknown>) {
+    return beginTaskCreation(
+      t.db,
+      ws.member,
+      { workspace_id: ws.workspaceId, title: 'gap', repositories: [{ repository_id: ws.repositoryId }], ...body },
+      {
+        dataDir: ws.dataDir,
+        resolveCommit: async () => {
+          await between();
+          return 'a'.repeat(40);
+        },
+      },
+    );
+  }
+
+  it('a workspace that began its deletion after the reads: not_authorized, nothing written', async () => {
+    const ws = await seedWorkspace(t.db);
+    await expectTyped(
+      beginWithGap(ws, {}, () => sql(t.db, "UPDATE workspaces SET state = 'deleting' WHERE id = ?", [ws.workspaceId])),
+      'not_authorized',
+    );
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it('a workflow step removed after the reads: invalid_request naming it, nothing written', async () => {
+    const ws = await seedWorkspace(t.db);
+    const stepId = ws.stepIds[0]!;
+    await expect(
+      beginWithGap(ws, { workflow_step_id: stepId }, () =>
+        sql(t.db, 'UPDATE workflow_steps SET workspace_id = ? WHERE id = ?', [randomUUID(), stepId]),
+      ),
+    ).rejects.toMatchObject({ code: 'invalid_request', detail: { field: '/workflow_step_id' } });
+    expect(await writes(t.db, ws.workspaceId)).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it('a token revoked after the reads: not_authorized, nothing written; unchanged, Created in one round trip', async () => {
+    const ws = await seedWorkspace(t.db);
+    await begin(t.db, ws, { title: 'warm-up' });
+    const trips = countRoundTrips(t.db);
+    const created = await beginWithGap(ws, {}, async () => undefined);
+    expect(created.outcome).toBe('Created');
+    // The reads, then the transaction: its fences, locks, inserts and COMMIT together.
+    expect(trips.calls).toBe(2);
+    const before = await writes(t.db, ws.workspaceId);
+    await expectTyped(
+      beginWithGap(ws, {}, () =>
+        sql(
+          t.db,
+          `UPDATE api_tokens SET revoked_at = ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'} WHERE id = ?`,
+          [ws.member.authority_id],
+        ),
+      ),
+      'not_authorized',
+    );
+    expect(await writes(t.db, ws.workspaceId)).toEqual(before);
   });
 });
