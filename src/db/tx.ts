@@ -106,6 +106,8 @@ export class Tx {
   private finalsAnswer: { resolve: (r: StatementResult[]) => void; reject: (e: unknown) => void } | null = null;
   /** Writes sent without waiting for their answer (`expect`), settled before COMMIT. */
   readonly expectations = new Expectations();
+  /** Verifications registered with `checkLater`. */
+  private laterChecks = 0;
   /** Plain reads sent before they were asked for (`readEarly`), answered from here when they are. */
   private readonly early = new EarlyReads();
 
@@ -203,6 +205,7 @@ export class Tx {
    */
   checkLater(check: Promise<unknown>): void {
     if (this.closed || this.finals !== null) throw new Error('internal: check on a finished transaction');
+    this.laterChecks++;
     this.expectations.trackCheck(check);
   }
 
@@ -216,7 +219,9 @@ export class Tx {
   takeUnsent(): Pending[] {
     if (this.pending.length === 0) return [];
     const onlyChecks = this.pending.every((p) => p.check !== undefined);
-    if (!onlyChecks && (this.finals === null || this.prefetched.length > 0)) return [];
+    // A verification (`checkLater`) may wait on a plain statement's answer: settled before COMMIT, it would wait
+    // for ever on one sent with it.
+    if (!onlyChecks && (this.finals === null || this.prefetched.length > 0 || this.laterChecks > 0)) return [];
     return this.pending.splice(0);
   }
 
@@ -482,6 +487,12 @@ export interface TransactionOptions {
    * re-reads by key and finds the winner). Any other violation propagates.
    */
   restartOnUnique?: readonly string[];
+  /**
+   * A connection lost while committing restarts the command like one lost before, instead of answering
+   * `commit_outcome_unknown`: for a command whose next attempt finds out by itself whether the lost one
+   * committed (Begin's one-round-trip attempt, ADR 0028: it looks for its own operation row).
+   */
+  retryLostCommit?: boolean;
 }
 
 /** Ends a capturing transaction's first round trip (`statementsIssued`). */
@@ -620,6 +631,8 @@ export async function runTransaction<T>(
   options: TransactionOptions = {},
 ): Promise<T> {
   let lostAttempts = 0;
+  // A connection was lost during a COMMIT that `retryLostCommit` retried: giving up cannot say "nothing written".
+  let lostCommitting = false;
   for (let attempt = 1; ; attempt++) {
     const qr = db.ds.createQueryRunner();
     let tx: Tx | undefined;
@@ -660,7 +673,8 @@ export async function runTransaction<T>(
       if (isConnectionLost(err)) {
         countConnectionLoss();
         discardConnection(qr, db.dialect, err);
-        if (committing) {
+        lostCommitting ||= committing;
+        if (committing && !options.retryLostCommit) {
           throw new TaskLedgerError(
             'commit_outcome_unknown',
             `${name}: the database connection was lost during COMMIT; the command may or may not have taken effect`,
@@ -670,6 +684,14 @@ export async function runTransaction<T>(
         }
         // The server rolled back what this connection held: nothing of this attempt was written.
         if (++lostAttempts >= LOST_ATTEMPTS) {
+          if (lostCommitting) {
+            throw new TaskLedgerError(
+              'commit_outcome_unknown',
+              `${name}: the database connection was lost ${lostAttempts} times, once during COMMIT; the command may or may not have taken effect`,
+              { command: name },
+              { cause: err },
+            );
+          }
           throw new TaskLedgerError(
             'database_unavailable',
             `${name}: the database connection was lost ${lostAttempts} times; nothing was written`,
@@ -824,7 +846,9 @@ async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: 
 /** One parameterized statement through TypeORM (extended protocol on PostgreSQL): its rows and affected count. */
 async function queryOne(qr: QueryRunner, dialect: Dialect, s: Statement): Promise<StatementResult> {
   const res = await qr.query(toDialectSql(dialect, s.sql), [...s.params], true);
-  return { rows: (res.records ?? []) as Record<string, unknown>[], affected: Number(res.affected ?? 0) };
+  const rows = (res.records ?? []) as Record<string, unknown>[];
+  // A SELECT counts the rows it answered, as in a batch (src/db/batch.ts): a fence sent alone (ADR 0028).
+  return { rows, affected: /^\s*SELECT\b/i.test(s.sql) ? rows.length : Number(res.affected ?? 0) };
 }
 
 async function readOnce(db: Db, statements: Statement[]): Promise<StatementResult[]> {

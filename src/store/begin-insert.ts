@@ -17,7 +17,7 @@ import type { ActorBindingDocument } from '../canonical/types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
 import { TIER } from '../db/lock-plan';
-import { runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
+import { readRows, runTransaction, type Db, type SqlParam, type Statement, type Tx } from '../db/tx';
 import type { StatementResult } from '../db/batch';
 import { forceIndexSql, RestartCommand } from '../db/dialect';
 import { planBlockerIds } from '../plan/blockers';
@@ -48,7 +48,8 @@ export type InsertResult =
  */
 type Attempt =
   | Exclude<InsertResult, { kind: 'created' }>
-  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { committed: Promise<StatementResult[]> });
+  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { committed: Promise<StatementResult[]> })
+  | { kind: 'committed_earlier' };
 
 /** One multi-row INSERT, or null for no rows. */
 function insertStatement(
@@ -165,7 +166,8 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
   const manifest = manifestHash(plan);
   const actorHash = actorBindingHash(input.actor);
   // Only the first attempt checks its fences on the server and commits in one round trip (ADR 0028).
-  let oneRoundTrip = input.externalId === null && taskTierIsNewKeyOnly(input);
+  const commonCase = input.externalId === null && taskTierIsNewKeyOnly(input);
+  let oneRoundTrip = commonCase;
   const res = await runTransaction<Attempt>(
     db,
     'BeginTaskCreation',
@@ -174,6 +176,17 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         // A fence that fails starts it over on the checked path below, which gives the precise refusal.
         oneRoundTrip = false;
         return commonCaseInOneRoundTrip(tx, input, manifest, actorHash);
+      }
+      // A later attempt of the common case may follow a connection lost during the first one's COMMIT
+      // (`retryLostCommit`): its operation row, a fresh ID no one else writes, says whether that COMMIT took. A
+      // COMMIT still in flight is waited for by the insert of the same row below (a unique violation restarts
+      // this, and the read then finds it).
+      if (commonCase) {
+        const own = await tx.one('SELECT id FROM task_creation_operations WHERE id = ?', [input.operationId]);
+        if (own) {
+          tx.rollbackOnly();
+          return { kind: 'committed_earlier' };
+        }
       }
       // Tiers 1 (the workspace fence, shared: creations run in parallel; deletion takes it exclusively), 1.5 (the
       // actor's authority), 2 (the placement's admission row) and 4.1 (archive / deletion membership barriers
@@ -250,11 +263,41 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       }
       return insertCreationRowsLocked(tx, input, manifest, actorHash, awaitsBlockers);
     },
-    { restartOnUnique: ['uq_tasks_workspace_external_id'] },
+    {
+      restartOnUnique: [
+        'uq_tasks_workspace_external_id',
+        // The operation row a lost COMMIT wrote after all (MySQL names every primary key PRIMARY; in Begin only
+        // that row's can collide: the task's ID is fenced by its identity, every other key is new).
+        ...(commonCase ? ['pk_task_creation_operations', 'PRIMARY'] : []),
+      ],
+      retryLostCommit: commonCase,
+    },
   );
+  if (res.kind === 'committed_earlier') return createdEarlier(db, input, manifest, actorHash);
   if (res.kind !== 'created') return res;
   const { committed, ...created } = res;
   return { ...created, task: createdView(input.built.plan.task_id, await committed) };
+}
+
+/** The answer of an attempt whose COMMIT took though its connection was lost: read back, as it was written. */
+async function createdEarlier(db: Db, input: InsertInput, manifest: string, actorHash: string): Promise<InsertResult> {
+  const { plan } = input.built;
+  const [views, rows] = await Promise.all([
+    readRows<TaskViewRow>(db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [plan.task_id]),
+    readRows<{ id: string; kind: string; step_key: string }>(
+      db,
+      'SELECT id, kind, step_key FROM task_creation_steps WHERE operation_id = ?',
+      [input.operationId],
+    ),
+  ]);
+  const byKey = new Map(rows.map((r) => [`${r.kind}\u0000${r.step_key}`, r.id]));
+  const steps: PlannedStep[] = plan.steps.map((s) => {
+    const id = byKey.get(`${s.kind}\u0000${s.step_key}`);
+    if (id === undefined) throw new Error(`internal: step ${s.kind}/${s.step_key} of ${input.operationId} is missing`);
+    return { id, kind: s.kind, step_key: s.step_key };
+  });
+  if (!views[0]) throw new Error(`internal: task ${plan.task_id} of ${input.operationId} is missing`);
+  return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task: toTaskView(views[0]), steps };
 }
 
 /** Why Begin's one-round-trip attempt did not commit: it starts over, and the checks above answer precisely. */

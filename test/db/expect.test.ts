@@ -287,4 +287,20 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
       await tx.rows('SELECT 1 AS one');
     });
   });
+
+  it('a fence sent alone, after the transaction began, counts the rows it answered too', async () => {
+    const guard = randomUUID();
+    await runTransaction(t.db, 'FenceSetup4', (tx) => insertWorkspace(tx, guard, 'guard'));
+    // Its own round trip (a statement alone in a begun transaction: MySQL sends it as a parameterized query).
+    const alone = (n: number) =>
+      runTransaction(t.db, 'FenceAlone', async (tx) => {
+        await tx.rows('SELECT 1 AS one');
+        fence(tx, guard, n);
+        await new Promise((r) => setTimeout(r, 20));
+        await tx.rows('SELECT 2 AS two');
+      });
+    await alone(1);
+    const err = await alone(0).catch((e: unknown) => e);
+    expect((err as Error).message).toBe(`workspace ${guard} fence failed`);
+  });
 });
