@@ -24,6 +24,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import {
+  onHelperLoss,
   SpawnLost,
   SpawnRefused,
   type AgentSpawner,
@@ -103,16 +104,9 @@ export class NativeSpawner implements AgentSpawner {
     child.stdout.on('data', (chunk: Buffer) => {
       inbox = this.receive(inbox.length === 0 ? chunk : Buffer.concat([inbox, chunk]));
     });
-    const lost = (why: string) => {
+    onHelperLoss(child, 'the native spawner', this.pending, () => {
       if (this.child === child) this.child = null;
-      for (const [id, p] of this.pending) {
-        if (p.owner !== child) continue;
-        this.pending.delete(id);
-        p.reject(new SpawnLost(`the native spawner ${why}`));
-      }
-    };
-    child.once('exit', (code, signal) => lost(`exited (${signal ?? code})`));
-    child.once('error', (err) => lost(`failed: ${err.message}`));
+    });
     child.stdin.on('error', () => undefined); // Its exit reports the loss.
     child.unref();
     this.child = child;

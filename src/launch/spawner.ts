@@ -104,6 +104,28 @@ interface Pending {
   reject(err: Error): void;
 }
 
+/**
+ * When a helper process exits or fails: `forget()` (the owner drops it), then every request still waiting on
+ * *that* helper is rejected with `SpawnLost` (it may have run). Requests sent to a later helper are not its.
+ */
+export function onHelperLoss<K>(
+  child: ChildProcess,
+  what: string,
+  pending: Map<K, { owner: ChildProcess; reject(err: Error): void }>,
+  forget: () => void,
+): void {
+  const lost = (why: string) => {
+    forget();
+    for (const [id, p] of pending) {
+      if (p.owner !== child) continue;
+      pending.delete(id);
+      p.reject(new SpawnLost(`${what} ${why}`));
+    }
+  };
+  child.once('exit', (code, signal) => lost(`exited (${signal ?? code})`));
+  child.once('error', (err) => lost(`failed: ${err.message}`));
+}
+
 export class HelperSpawner implements AgentSpawner {
   private child: ChildProcess | null = null;
   private nextId = 1;
@@ -114,16 +136,9 @@ export class HelperSpawner implements AgentSpawner {
     // No loader hooks, no heap flags: the helper needs none of the worker's Node options.
     const child = fork(CHILD, [], { execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.on('message', (m: Reply) => this.settle(m));
-    const lost = (why: string) => {
+    onHelperLoss(child, 'the agent spawner', this.pending, () => {
       if (this.child === child) this.child = null;
-      for (const [id, p] of this.pending) {
-        if (p.owner !== child) continue;
-        this.pending.delete(id);
-        p.reject(new SpawnLost(`the agent spawner ${why}`));
-      }
-    };
-    child.once('exit', (code, signal) => lost(`exited (${signal ?? code})`));
-    child.once('error', (err) => lost(`failed: ${err.message}`));
+    });
     child.unref();
     this.child = child;
     this.idle(child);
