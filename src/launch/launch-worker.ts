@@ -21,10 +21,10 @@ import {
   claimLaunchDispatch,
   confirmLaunchDispatchClaim,
   failLaunchDispatch,
-  recordLaunchDispatch,
   type DispatchClaim,
 } from '../store/launch-dispatch';
 import type { OutboxMark } from '../store/outbox-mark';
+import { recordLaunchDispatch } from '../store/launch-record';
 import { abandonLaunchDispatch } from '../store/launch-dispatch-end';
 import { launchConfigSha256 } from '../plan/launch-config';
 import { isTaskLedgerError } from '../domain/errors';

@@ -42,6 +42,7 @@ import type { OperationRow, TaskLockRow } from './operation-guard';
 import { verifyStepRequest } from './step-rows';
 import type { StepRow } from './types';
 import { admitStatement } from './wip-admission';
+import { claimVerified } from './claim-verified';
 
 /** The worker that will start the agent: the claim's lease owner. */
 export interface LaunchClaimant {
@@ -142,6 +143,7 @@ export function claimInCompleteLocked(
       request,
       requestSha256: intent.request_sha256,
       spec: spec ?? { executor_json: null, environment_id: null, worktree_path: null },
+      verified: claimVerified(v.op, ctx.steps, intent),
     }),
   };
 }

@@ -19,9 +19,8 @@
  * plan's step, and whether this process last saw it limited); a guess that
  * left a limited step unlocked, or a task moved between that read and its
  * lock, writes nothing and restarts the command with what was read.
- * recordLaunchDispatch — same prefix plus runtime 10: compare-and-set
- * `running -> succeeded` with the runtime handle and evidence, session
- * `running`, one `executors_running` row. failLaunchDispatch — `running ->
+ * The record (`running -> succeeded`, the runtime row) is in
+ * store/launch-record.ts. failLaunchDispatch — `running ->
  * retry_wait` (authenticated no-dispatch proof) or `unknown`.
  * confirmLaunchDispatchClaim — one autocommit statement on the dispatch
  * claim 8.2 alone: the compare-and-set that renews the lease of a live
@@ -53,9 +52,9 @@ import {
   type GuardOptions,
   type OperationRow,
 } from './operation-guard';
-import { markDeliveredStatement, type OutboxMark } from './outbox-mark';
 import { admitStatement, admittedCountLocked, enqueueLocked } from './wip-admission';
 import { lockStepsLocked, verifyStepRequest } from './step-rows';
+import { claimVerified } from './claim-verified';
 
 export const DISPATCH_EVIDENCE_DOMAIN = 'kandev/task-launch-dispatch-evidence/v1';
 
@@ -297,6 +296,7 @@ async function claimOnceLocked(
     request: p.request,
     requestSha256: p.intent.request_sha256,
     spec: spec ?? { executor_json: null, environment_id: null, worktree_path: null },
+    verified: claimVerified(op, p.steps, p.intent),
   };
 }
 
@@ -333,7 +333,13 @@ export async function claimLaunchDispatch(
  * waiting (`Tx.expect`): a stale claim changes nothing, rolls the
  * transaction back and throws `stale_claim`.
  */
-function casDispatchLocked(tx: Tx, claim: DispatchClaim, to: string, sets: string, params: (string | number | null)[]) {
+export function casDispatchLocked(
+  tx: Tx,
+  claim: DispatchClaim,
+  to: string,
+  sets: string,
+  params: (string | number | null)[],
+) {
   tx.lockRow(TIER.DISPATCH_CLAIM, 'task_launch_dispatch_claims', claim.dispatchId);
   tx.expect(
     {
@@ -372,57 +378,6 @@ export function dispatchEvidenceJson(
     start_marker_sha256: proof.startMarkerSha256,
   });
   return { json, sha256: domainHash(DISPATCH_EVIDENCE_DOMAIN, json) };
-}
-
-export async function recordLaunchDispatch(
-  db: Db,
-  claim: DispatchClaim,
-  proof: RuntimeProof,
-  mark?: OutboxMark,
-): Promise<void> {
-  const evidence = dispatchEvidenceJson(claim, proof);
-  const committed = await runTransaction(db, 'RecordLaunchDispatch', async (tx) => {
-    const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
-    if ('refused' in p) throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
-    // The three writes travel with COMMIT (one round trip, in this order): the claim's compare-and-set is checked
-    // there (Tx.expect; a stale claim changes nothing and the transaction rolls the other two back); the session
-    // row is locked by the prefix, and the runtime row is new.
-    casDispatchLocked(tx, claim, 'succeeded', ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?', [
-      canonicalJson(proof.handle),
-      evidence.json,
-      evidence.sha256,
-    ]);
-    tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
-    const runtimeId = globalThis.crypto.randomUUID();
-    tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);
-    // The delivered event's mark last (outbox 16): the same compare-and-set a delivery's own mark is.
-    if (mark) tx.lockRow(TIER.OUTBOX, 'event_outbox', mark.eventId);
-    // Wrapped: a body that returned the promise itself would wait for the COMMIT that follows it.
-    return {
-      results: tx.commitWith([
-        {
-          sql: `UPDATE task_sessions SET state = 'running', updated_at = ${tx.now} WHERE id = ?`,
-          params: [claim.sessionId],
-        },
-        {
-          sql: `INSERT INTO executors_running (id, session_id, task_id, workspace_id, dispatch_claim_id, runtime_handle, pid, state, started_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ${tx.now}, ${tx.now})`,
-          params: [
-            runtimeId,
-            claim.sessionId,
-            claim.taskId,
-            claim.workspaceId,
-            claim.dispatchId,
-            canonicalJson(proof.handle),
-            proof.pid,
-          ],
-        },
-        ...(mark ? [markDeliveredStatement(tx.dialect, mark.eventId)] : []),
-      ]),
-    };
-  });
-  const results = await committed.results;
-  if (mark) mark.marked = results[results.length - 1]?.affected === 1;
 }
 
 export async function failLaunchDispatch(

@@ -202,6 +202,25 @@ export interface DispatchClaim {
   readonly requestSha256: string;
   /** What to start, read in the claim's transaction (launch/launch-worker.ts checks it against the binding). */
   readonly spec: LaunchSpecRow;
+  /** What the claim verified under its locks; the record compares it by value on the server (ADR 0029). */
+  readonly verified?: ClaimVerified;
+}
+
+/**
+ * The stored values a dispatch claim verified (the operation's bindings re-derived, the intent's request against the
+ * plan and its evidence against its hash): the launch record's one round trip requires them unchanged, by value.
+ */
+export interface ClaimVerified {
+  readonly manifestHash: string;
+  readonly actorBindingHash: string;
+  /** Every step row of the operation, in ascending order (the record locks them all, tier 7). */
+  readonly stepIds: readonly string[];
+  readonly intent: {
+    readonly id: string;
+    readonly generation: number;
+    readonly requestSha256: string;
+    readonly evidenceSha256: string;
+  };
 }
 
 /** The agent profile's executor as it is now, the session's environment and the task's first worktree. */

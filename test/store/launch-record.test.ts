@@ -1,0 +1,196 @@
+/**
+ * The launch record (store/launch-record.ts, ADR 0029) against the real
+ * database, both dialects: with what its claim verified it commits in one
+ * round trip — both claims (the launch's own and phase B's) keep it; a check
+ * the server makes that fails starts over on the checked path, which gives
+ * the refusal with zero writes or, where nothing is wrong, records; a retry
+ * that finds the claim already recorded with this evidence writes nothing;
+ * a connection killed during the round trip is retried and records once.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { completeTaskCreation } from '../../src/store/complete';
+import { claimLaunchDispatch, type DispatchClaim, type RuntimeProof } from '../../src/store/launch-dispatch';
+import { recordLaunchDispatch } from '../../src/store/launch-record';
+import type { OperationAuthority } from '../../src/store/types';
+import { count, sql, useTestDb } from '../support/db';
+import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { countRoundTrips } from '../support/round-trips';
+import { seedWorkspace } from '../support/seed';
+
+const t = useTestDb();
+const OWNER = 'record-test:worker';
+const LEASE_MS = 60_000;
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+/** A created task whose launch intent is armed, and the claim `claimLaunchDispatch` took for it. */
+async function claimed(): Promise<{ claim: DispatchClaim; operationId: string }> {
+  const ws = await seedWorkspace(t.db);
+  const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+  expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+  const sessionId = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'launch_intent')!.step_key;
+  const claim = await claimLaunchDispatch(t.db, { operationId: res.operationId, sessionId }, OWNER, LEASE_MS);
+  if (!('dispatchId' in claim)) throw new Error(`not claimed: ${JSON.stringify(claim)}`);
+  return { claim, operationId: res.operationId };
+}
+
+const proof = (pid: number): RuntimeProof => ({
+  pid,
+  handle: { kind: 'local', pid, start_marker: `/tmp/marker-${pid}` },
+  startMarkerSha256: 'a'.repeat(64),
+});
+
+async function recorded(claim: DispatchClaim) {
+  const [row] = await sql<{ state: string; evidence_sha256: string | null }>(
+    t.db,
+    'SELECT state, evidence_sha256 FROM task_launch_dispatch_claims WHERE id = ?',
+    [claim.dispatchId],
+  );
+  const [session] = await sql<{ state: string }>(t.db, 'SELECT state FROM task_sessions WHERE id = ?', [
+    claim.sessionId,
+  ]);
+  return {
+    claim: row?.state,
+    evidence: row?.evidence_sha256 ?? null,
+    session: session?.state,
+    runtimes: await count(t.db, 'executors_running', 'dispatch_claim_id = ?', [claim.dispatchId]),
+  };
+}
+
+/** The same claim, remembering another intent generation than the one stored: the server's check fails. */
+const misremembered = (claim: DispatchClaim): DispatchClaim => ({
+  ...claim,
+  verified: { ...claim.verified!, intent: { ...claim.verified!.intent, generation: 999 } },
+});
+
+describe('the launch record (ADR 0029)', () => {
+  it('commits in one round trip with what its claim verified', async () => {
+    const { claim } = await claimed();
+    expect(claim.verified?.stepIds.length).toBeGreaterThan(0);
+    const trips = countRoundTrips(t.db);
+    await recordLaunchDispatch(t.db, claim, proof(4242));
+    expect(trips.calls).toBe(1);
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+  });
+
+  it("keeps what phase B's own claim verified, and records it in one round trip", async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    const done = await completeTaskCreation(t.db, auth, { claimant: { owner: OWNER, leaseMs: LEASE_MS } });
+    const claim = await done.launch!;
+    expect(claim.verified?.intent.evidenceSha256).toMatch(/^[0-9a-f]{64}$/);
+    const trips = countRoundTrips(t.db);
+    await recordLaunchDispatch(t.db, claim, proof(4243));
+    expect(trips.calls).toBe(1);
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+  });
+
+  it('a check the server makes that fails starts over on the checked path, which records when all is well', async () => {
+    const { claim } = await claimed();
+    const trips = countRoundTrips(t.db);
+    await recordLaunchDispatch(t.db, misremembered(claim), proof(4244));
+    expect(trips.calls).toBeGreaterThan(1);
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+  });
+
+  it('a task deleted or an intent whose evidence changed since the claim: the refusal, zero writes', async () => {
+    for (const [tamper, code] of [
+      ["UPDATE tasks SET lifecycle_state = 'deleted' WHERE id = ?", 'creation_state_conflict'],
+      [
+        "UPDATE task_creation_steps SET evidence_sha256 = ? WHERE operation_id = ? AND kind = 'launch_intent'",
+        'evidence_mismatch',
+      ],
+    ] as const) {
+      const { claim, operationId } = await claimed();
+      const params = tamper.startsWith('UPDATE tasks') ? [claim.taskId] : ['b'.repeat(64), operationId];
+      await sql(t.db, tamper, params);
+      await expect(recordLaunchDispatch(t.db, claim, proof(4245))).rejects.toMatchObject({ code });
+      expect(await recorded(claim)).toEqual({ claim: 'running', evidence: null, session: 'starting', runtimes: 0 });
+    }
+  });
+
+  it('a stale claim records nothing', async () => {
+    const { claim } = await claimed();
+    await sql(t.db, 'UPDATE task_launch_dispatch_claims SET lease_owner = ? WHERE id = ?', [
+      'someone-else',
+      claim.dispatchId,
+    ]);
+    await expect(recordLaunchDispatch(t.db, claim, proof(4246))).rejects.toMatchObject({ code: 'stale_claim' });
+    expect(await recorded(claim)).toEqual({ claim: 'running', evidence: null, session: 'starting', runtimes: 0 });
+  });
+
+  it('a later attempt that finds the claim recorded with this evidence writes nothing', async () => {
+    const { claim } = await claimed();
+    await recordLaunchDispatch(t.db, claim, proof(4247));
+    const first = await recorded(claim);
+    // The second call stands for the attempt after a COMMIT whose answer was lost: its first attempt fails a check
+    // (the claim is no longer `running`), the next one finds the record.
+    await recordLaunchDispatch(t.db, misremembered(claim), proof(4247));
+    expect(await recorded(claim)).toEqual(first);
+    // Another runtime is another record: that one is refused.
+    await expect(recordLaunchDispatch(t.db, misremembered(claim), proof(4248))).rejects.toMatchObject({
+      code: 'stale_claim',
+    });
+    expect(await recorded(claim)).toEqual(first);
+  });
+
+  it('a connection killed during the round trip is retried, and the launch is recorded once', async () => {
+    const { claim } = await claimed();
+    const pg = t.db.dialect === 'postgres';
+    const name = `tl_slow_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+    // The runtime row's insert for this session waits two seconds: long enough to kill its connection meanwhile.
+    if (pg) {
+      await sql(t.db, `CREATE SEQUENCE ${name}_pid`);
+      await sql(
+        t.db,
+        `CREATE FUNCTION ${name}_fn() RETURNS trigger AS $$ BEGIN
+           IF NEW.session_id = '${claim.sessionId}' THEN PERFORM setval('${name}_pid', pg_backend_pid()); PERFORM pg_sleep(2); END IF;
+           RETURN NEW; END $$ LANGUAGE plpgsql`,
+      );
+      await sql(
+        t.db,
+        `CREATE TRIGGER ${name} BEFORE INSERT ON executors_running FOR EACH ROW EXECUTE FUNCTION ${name}_fn()`,
+      );
+    } else {
+      await sql(
+        t.db,
+        `CREATE TRIGGER ${name} BEFORE INSERT ON executors_running FOR EACH ROW BEGIN
+           IF NEW.session_id = '${claim.sessionId}' THEN DO SLEEP(2); END IF; END`,
+      );
+    }
+    try {
+      let kills = 0;
+      const killed = (async () => {
+        const find = pg
+          ? `SELECT last_value AS id FROM ${name}_pid WHERE is_called`
+          : `SELECT id FROM information_schema.processlist WHERE (info LIKE ? OR info LIKE '%SLEEP(2)%')
+              AND id <> CONNECTION_ID()`;
+        for (let i = 0; i < 500; i++) {
+          const [row] = await sql<{ id: number | string }>(t.db, find, pg ? [] : [`%${claim.sessionId}%`]);
+          if (row) {
+            if (pg) await sql(t.db, 'SELECT pg_terminate_backend(CAST(? AS integer))', [String(row.id)]);
+            else await sql(t.db, `KILL CONNECTION ${Number(row.id)}`);
+            kills++;
+            return;
+          }
+          await new Promise((r) => setTimeout(r, 10));
+        }
+      })();
+      await recordLaunchDispatch(t.db, claim, proof(4249));
+      await killed;
+      expect(kills).toBe(1);
+      expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+    } finally {
+      await sql(t.db, `DROP TRIGGER ${name}${pg ? ' ON executors_running' : ''}`);
+      if (pg) await sql(t.db, `DROP FUNCTION ${name}_fn()`);
+      if (pg) await sql(t.db, `DROP SEQUENCE ${name}_pid`);
+    }
+  });
+});
