@@ -43,6 +43,15 @@ interface Kept {
   tables: Set<string>;
 }
 
+/** Drops every entry of `kept` that reads a table the statement `sql` may write (all of them when it names none). */
+function dropWritten<V>(kept: Map<string, V>, sql: string, tablesOf: (v: V) => Set<string>[]): void {
+  if (kept.size === 0 || /^\s*SELECT\b/i.test(sql)) return;
+  const written = namesIn(sql, WRITE_TABLES);
+  for (const [key, v] of kept) {
+    if (written.size === 0 || tablesOf(v).some((tables) => [...tables].some((t) => written.has(t)))) kept.delete(key);
+  }
+}
+
 export class EarlyReads {
   private readonly kept = new Map<string, Kept[]>();
 
@@ -63,11 +72,7 @@ export class EarlyReads {
   }
 
   issued(sql: string): void {
-    if (this.kept.size === 0 || /^\s*SELECT\b/i.test(sql)) return;
-    const written = namesIn(sql, WRITE_TABLES);
-    for (const [key, queue] of this.kept) {
-      if (written.size === 0 || queue.some((k) => [...k.tables].some((t) => written.has(t)))) this.kept.delete(key);
-    }
+    dropWritten(this.kept, sql, (queue) => queue.map((k) => k.tables));
   }
 
   /** Nothing kept: a statement issued need not be looked up (nor its key computed). */
@@ -80,5 +85,30 @@ export class EarlyReads {
     let n = 0;
     for (const queue of this.kept.values()) n += queue.length;
     return n;
+  }
+}
+
+/**
+ * The latest answer of every plain read a transaction sent while it keeps them (`Tx.keepAnswers`), for a later
+ * step of the same transaction that asks the very same statement again (`Tx.answerFromKept`): Complete's phase A
+ * in the ledger batch re-reads the effect rows the batch has just written and read back (ADR 0030). Dropped by
+ * writes exactly as `EarlyReads` are; unlike them, an answer may be asked for any number of times, and a read
+ * sent again replaces it.
+ */
+export class KeptAnswers {
+  private readonly latest = new Map<string, Kept>();
+
+  keep(sql: string, key: string, answer: Promise<StatementResult>): void {
+    if (!isPlainRead(sql)) return;
+    answer.catch(() => undefined);
+    this.latest.set(key, { answer, tables: namesIn(sql, READ_TABLES) });
+  }
+
+  get(key: string): Promise<StatementResult> | undefined {
+    return this.latest.get(key)?.answer;
+  }
+
+  issued(sql: string): void {
+    dropWritten(this.latest, sql, (k) => [k.tables]);
   }
 }

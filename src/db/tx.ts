@@ -37,7 +37,7 @@ import {
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
 import { checkedFailure, checkedSql, checkedStatementsMysql } from './checked-commit';
-import { EarlyReads } from './early-reads';
+import { EarlyReads, KeptAnswers } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
 
@@ -110,6 +110,9 @@ export class Tx {
   private laterChecks = 0;
   /** Plain reads sent before they were asked for (`readEarly`), answered from here when they are. */
   private readonly early = new EarlyReads();
+  /** The latest answer of every plain read, once `keepAnswers` was called; asked only inside `answerFromKept`. */
+  private answers: KeptAnswers | null = null;
+  private answering = false;
 
   constructor(
     private readonly qr: QueryRunner,
@@ -183,6 +186,7 @@ export class Tx {
   expect(statement: Statement, affected: number, mismatch: () => Error): void {
     if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
     this.early.issued(statement.sql);
+    this.answers?.issued(statement.sql);
     let item!: Pending;
     const result = new Promise<StatementResult>((resolve, reject) => {
       item = { stmt: statement, resolve, reject };
@@ -241,16 +245,54 @@ export class Tx {
   batch(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.closed) return Promise.reject(new Error('internal: statement on a finished transaction'));
     if (this.finals !== null) return Promise.reject(new Error('internal: statement after commitWith'));
-    let sent = false;
+    const waiting = this.pending.length;
     const results = statements.map((stmt) => {
       this.early.issued(stmt.sql);
-      const kept = this.early.empty ? undefined : this.early.take(statementKey(stmt.sql, stmt.params));
-      if (kept !== undefined) return kept;
-      sent = true;
-      return new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
+      const answers = this.answers;
+      answers?.issued(stmt.sql);
+      if (this.early.empty && answers === null) return this.queue(stmt);
+      const key = statementKey(stmt.sql, stmt.params);
+      const kept = this.early.empty ? undefined : this.early.take(key);
+      if (kept !== undefined) {
+        answers?.keep(stmt.sql, key, kept);
+        return kept;
+      }
+      const known = this.answering ? answers?.get(key) : undefined;
+      if (known !== undefined) return known;
+      const answer = this.queue(stmt);
+      answers?.keep(stmt.sql, key, answer);
+      return answer;
     });
-    if (sent) this.scheduleFlush();
+    if (this.pending.length > waiting) this.scheduleFlush();
     return Promise.all(results);
+  }
+
+  private queue(stmt: Statement): Promise<StatementResult> {
+    return new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
+  }
+
+  /**
+   * From now on keeps the latest answer of every plain read this transaction sends (or takes from `readEarly`),
+   * dropped by its writes as early reads are (src/db/early-reads.ts), for `answerFromKept` (ADR 0030).
+   */
+  keepAnswers(): void {
+    this.answers ??= new KeptAnswers();
+  }
+
+  /**
+   * Runs `fn` with every plain read it issues answered from the kept answers when the very same statement (same
+   * SQL, same parameters) was answered earlier in this transaction and no write of it since named a table it reads:
+   * for a verification that re-reads rows this transaction holds locked, which only its own writes could change.
+   * The rest go to the server as usual. Nothing else may issue statements on this transaction meanwhile.
+   */
+  async answerFromKept<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.answers === null) return fn();
+    this.answering = true;
+    try {
+      return await fn();
+    } finally {
+      this.answering = false;
+    }
   }
 
   /**

@@ -30,6 +30,9 @@
  * writes are sent with the batch's COMMIT (`Tx.commitWith`), so nothing may
  * be issued after this in the transaction.
  */
+import type { SqlParam, Statement } from '../db/batch';
+import { RestartCommand } from '../db/dialect';
+import { TIER } from '../db/lock-plan';
 import type { Tx } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import { phaseAWrites } from './complete';
@@ -48,12 +51,25 @@ export async function completePhaseAInBatchLocked(
   chain: { task: TaskLockRow; identityState: string | undefined },
   /** The operation's step rows as the batch wrote them: verified while the stored ones are re-read. */
   written?: readonly StepRow[],
+  /** Prove `written` stored with fences the server checks at COMMIT instead of re-reading them (ADR 0030). */
+  options: { fence?: boolean } = {},
 ): Promise<{ phaseA: PhaseAInBatch; steps?: readonly StepRow[] }> {
   const { op, plan, workspaceState } = guarded;
   if (op.state !== 'preparing' || workspaceState !== 'active') return { phaseA: 'not_completable' };
   const { task, identityState } = chain;
   if (identityState !== 'preparing' || task.lifecycle_state === 'deleted' || task.creation_state !== 'preparing') {
     return { phaseA: 'not_completable' };
+  }
+  const fences = written && options.fence ? stepFences(tx, op.id, written) : null;
+  if (fences !== null) {
+    // ADR 0030: the rows as written are proved stored by the server (with COMMIT), and the verification over them
+    // is answered from what this transaction already read — no round trip of its own.
+    for (const s of [...written!].sort(byId)) tx.lockRow(TIER.STEP, 'task_creation_steps', s.id);
+    for (const f of fences) tx.expect(f.statement, f.rows, stepsNotAsWritten);
+    const verdict = await tx.answerFromKept(() => verifyStepsLocked(tx, [...written!], plan));
+    if (verdict !== 'verified') return { phaseA: verdict };
+    void tx.commitWith(phaseAWrites(tx, op.id, task.id));
+    return { phaseA: 'completing', steps: written };
   }
   // The step rows as this transaction recorded them (the locks are held: this is a read), and the verification
   // over the rows as written, issued together: one round trip when the two agree.
@@ -82,6 +98,57 @@ async function verifyStepsLocked(
     throw err;
   }
   return 'verified';
+}
+
+const byId = (a: { id: string }, b: { id: string }) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+
+/** A stored step row is not the row the batch wrote: the batch starts over, re-reading them (the checked path). */
+const stepsNotAsWritten = () => new RestartCommand('ledger batch: a step row is not stored as the batch wrote it');
+
+/**
+ * Two fences the server checks with COMMIT: every step row of the operation equal, column by column and byte for
+ * byte, to the row as written (as many rows as written), and no other step row. Null when a written row holds a
+ * time (a live lease: not a row phase A would verify), which only a re-read can compare.
+ */
+function stepFences(
+  tx: Tx,
+  operationId: string,
+  written: readonly StepRow[],
+): { statement: Statement; rows: number }[] | null {
+  const params: SqlParam[] = [operationId];
+  const rows: string[] = [];
+  for (const w of written) {
+    const conds: string[] = [];
+    for (const field of STEP_FIELDS) {
+      const v = (w as unknown as Record<string, unknown>)[field];
+      if (v === null || v === undefined) {
+        conds.push(`${field} IS NULL`);
+      } else if (typeof v === 'number') {
+        conds.push(`${field} = ?`);
+        params.push(v);
+      } else if (typeof v === 'string') {
+        // MySQL compares text with PAD SPACE even under a binary collation: BINARY compares the bytes.
+        conds.push(tx.dialect === 'mysql' ? `BINARY ${field} = ?` : `${field} = ?`);
+        params.push(v);
+      } else {
+        return null;
+      }
+    }
+    rows.push(`(${conds.join(' AND ')})`);
+  }
+  return [
+    {
+      statement: {
+        sql: `SELECT id FROM task_creation_steps WHERE operation_id = ? AND (${rows.join(' OR ')})`,
+        params,
+      },
+      rows: written.length,
+    },
+    {
+      statement: { sql: 'SELECT id FROM task_creation_steps WHERE operation_id = ?', params: [operationId] },
+      rows: written.length,
+    },
+  ];
 }
 
 const comparable = (v: unknown) => (v instanceof Date ? v.getTime() : v);

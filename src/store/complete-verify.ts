@@ -18,7 +18,7 @@ import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { bool, statementsIssued, type Tx } from '../db/tx';
-import { forceIndexSql } from '../db/dialect';
+import { forceIndexSql, forShareSql } from '../db/dialect';
 import type { Dialect } from '../db/config';
 import type { Statement } from '../db/batch';
 import { settledValue } from './settled';
@@ -102,31 +102,50 @@ export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], pl
 }
 
 /**
+ * The reads of `verifyPlannedRowsLocked`: the task, its identity, repositories and environments. The environments
+ * are read under their shared locks (11.1), or plainly when the transaction already holds every planned one
+ * (`heldEnvironments`: the ledger batch's phase A, whose union took them; a row beyond the plan fails the check
+ * either way), so a batch can send them early (ADR 0030).
+ */
+export function plannedRowsStatements(
+  dialect: Dialect,
+  plan: CreationPlan,
+  heldEnvironments: boolean,
+): [Statement, Statement, Statement, Statement] {
+  return [
+    {
+      sql: 'SELECT id, workspace_id, workflow_id, workflow_step_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?',
+      params: [plan.task_id],
+    },
+    { sql: 'SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?', params: [plan.task_id] },
+    {
+      sql: 'SELECT task_id, repository_id, workspace_id, position, base_branch, fresh_branch FROM task_repositories WHERE task_id = ?',
+      params: [plan.task_id],
+    },
+    {
+      sql: `SELECT id, workspace_id, task_id, kind FROM task_environments ${forceIndexSql(dialect, 'ix_task_environments_task_id')}
+        WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id${heldEnvironments ? '' : ` ${forShareSql(dialect)}`}`,
+      params: [plan.task_id],
+    },
+  ];
+}
+
+/**
  * Re-reads the rows Begin inserted and proves them byte-equivalent to the
  * manifest (`database_rows`). Locks task environments (11.1, FOR SHARE).
  */
 export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promise<void> {
   const actual: { table: string; key: string; row_sha256: string }[] = [];
   const envIds = plan.database_rows.filter((r) => r.table === 'task_environments').map((r) => r.key);
-  for (const id of [...envIds].sort()) tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id);
+  let held = envIds.length > 0;
+  for (const id of [...envIds].sort()) held = tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id) === 'held' && held;
   // One round trip (Tx.batch); the environments' shared locks are the only locks, and come last as before.
+  const [taskRead, identRead, reposRead, envsRead] = plannedRowsStatements(tx.dialect, plan, held);
   const [task, ident, repos, envs] = await Promise.all([
-    tx.one<Record<string, unknown>>(
-      'SELECT id, workspace_id, workflow_id, workflow_step_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?',
-      [plan.task_id],
-    ),
-    tx.one<Record<string, unknown>>('SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?', [
-      plan.task_id,
-    ]),
-    tx.rows<Record<string, unknown>>(
-      'SELECT task_id, repository_id, workspace_id, position, base_branch, fresh_branch FROM task_repositories WHERE task_id = ?',
-      [plan.task_id],
-    ),
-    tx.rows<Record<string, unknown>>(
-      `SELECT id, workspace_id, task_id, kind FROM task_environments ${forceIndexSql(tx.dialect, 'ix_task_environments_task_id')}
-        WHERE task_id = ? AND operation_id IS NOT NULL ORDER BY id ${tx.forShare}`,
-      [plan.task_id],
-    ),
+    tx.one<Record<string, unknown>>(taskRead.sql, [...taskRead.params]),
+    tx.one<Record<string, unknown>>(identRead.sql, [...identRead.params]),
+    tx.rows<Record<string, unknown>>(reposRead.sql, [...reposRead.params]),
+    tx.rows<Record<string, unknown>>(envsRead.sql, [...envsRead.params]),
   ]);
   if (!task) fail('the task row is gone');
   actual.push({ table: 'tasks', key: plan.task_id, row_sha256: rowHash({ ...task }) });

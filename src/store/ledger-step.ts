@@ -27,13 +27,16 @@
  */
 import { canonicalJson } from '../canonical/canonical-json';
 import { evidenceHash } from '../canonical/hash';
-import { runTransaction, type Db } from '../db/tx';
+import { runTransaction, type Db, type Tx } from '../db/tx';
+import type { Statement } from '../db/batch';
+import { isPlainRead } from '../db/early-reads';
+import type { CreationPlan } from '../canonical/types';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
 import { completePhaseAInBatchLocked, type PhaseAInBatch } from './complete-in-batch';
-import { completeLockNeeds } from './complete-verify';
+import { completeLockNeeds, plannedRowsStatements } from './complete-verify';
 import { EFFECT_ROW_UNIQUES, takeLocks } from './effects/row-locks';
 import type { ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
@@ -121,10 +124,14 @@ export async function claimAndApplyLedgerSteps(
   options: { phaseA?: boolean } = {},
 ): Promise<LedgerBatchResult> {
   const phaseA = options.phaseA === true;
+  // Only the first attempt proves phase A's step rows with fences (ADR 0030): one that failed starts over re-reading.
+  let fenceAttempt = phaseA;
   return runTransaction(
     db,
     'ClaimAndApplyLedgerSteps',
     async (tx) => {
+      const fence = fenceAttempt;
+      fenceAttempt = false;
       // Phase A needs the external-ID key (5.1), which must come before the task row: taken up front when asked.
       const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, {
         externalIdKey: phaseA,
@@ -157,12 +164,17 @@ export async function claimAndApplyLedgerSteps(
       // When the launch intent may be armed here, Complete's verification locks for the steps that already
       // succeeded (and Begin's environments) join the union, so phase A below finds them held, in order.
       const completeNeeds = phaseA && launch ? completeLockNeeds(steps, first.ctx.guarded.plan) : [];
+      // Phase A will re-read rows this batch reads anyway (the effect rows it writes and reads back, the launch
+      // intent's world): their answers are kept for it (ADR 0030).
+      if (fence && launch) tx.keepAnswers();
       // Issued, not awaited: the first step's reads (its apply finds every lock held) follow the locks in the same
       // round trip, in issue order, so they read under them.
       const locked = takeLocks(tx, [...needs.flat(), ...completeNeeds]);
       // The siblings' first reads (rows just locked, which no step before them writes) go in the same round trip:
       // each sibling's apply then finds them answered and writes without a round trip of its own (ADR 0026).
       for (const s of siblings) tx.readEarly(kinds[s.kind]!.reads?.(s) ?? []);
+      // And the rows Begin inserted, which phase A verifies and nothing in the batch writes before it.
+      if (fence && launch) tx.readEarly(plannedRowsReads(tx, first.ctx.guarded.plan));
 
       const current = new Map(steps.map((s) => [s.id, s]));
       const results: LedgerStepResult[] = [];
@@ -205,8 +217,20 @@ export async function claimAndApplyLedgerSteps(
           evidence_sha256: evidenceHash(evidence),
         };
       });
-      return { results, ...(await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain, written)) };
+      return {
+        results,
+        ...(await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain, written, { fence })),
+      };
     },
     { restartOnUnique: EFFECT_ROW_UNIQUES },
   );
+}
+
+/**
+ * Phase A's reads of the rows Begin inserted, as `verifyPlannedRowsLocked` will issue them in this batch (its planned
+ * environments held by the union: read plainly), that can go early: the plain ones.
+ */
+function plannedRowsReads(tx: Tx, plan: CreationPlan): Statement[] {
+  const envs = plan.database_rows.some((r) => r.table === 'task_environments');
+  return plannedRowsStatements(tx.dialect, plan, envs).filter((s) => isPlainRead(s.sql));
 }

@@ -127,3 +127,62 @@ describe('reads sent early', () => {
     expect(early.size).toBe(0);
   });
 });
+
+describe('answers kept for a later re-read (Tx.keepAnswers, ADR 0030)', () => {
+  it('answers a re-read inside answerFromKept with no round trip; the latest answer, dropped by a write', async () => {
+    const id = await workspace('kept');
+    const other = await workspace('other');
+    const { calls, result } = await tripsOf(async (tx) => {
+      tx.keepAnswers();
+      await tx.rows(NAME, [id]);
+      await tx.rows(NAME, [other]);
+      // A write to another table keeps them; the re-reads then make no round trip.
+      await tx.exec('UPDATE api_tokens SET revision = revision WHERE id = ?', [randomUUID()]);
+      const again = await tx.answerFromKept(() => Promise.all([tx.rows(NAME, [id]), tx.rows(NAME, [other])]));
+      return again;
+    });
+    expect(result).toEqual([[{ name: 'kept' }], [{ name: 'other' }]]);
+    // Three statements one at a time, then COMMIT: the two re-reads were answered from the kept answers.
+    expect(calls).toBe(4);
+  });
+
+  it('a write of the transaction to the table drops the answer: the re-read is sent and sees the write', async () => {
+    const id = await workspace('before');
+    const { calls, result } = await tripsOf(async (tx) => {
+      tx.keepAnswers();
+      await tx.rows(NAME, [id]);
+      await tx.exec('UPDATE workspaces SET name = ? WHERE id = ?', ['after', id]);
+      return tx.answerFromKept(() => tx.rows(NAME, [id]));
+    });
+    expect(result).toEqual([{ name: 'after' }]);
+    expect(calls).toBe(4);
+  });
+
+  it('outside answerFromKept, or without keepAnswers, every read goes to the server', async () => {
+    const id = await workspace('sent');
+    const outside = await tripsOf(async (tx) => {
+      tx.keepAnswers();
+      await tx.rows(NAME, [id]);
+      return tx.rows(NAME, [id]);
+    });
+    expect(outside.calls).toBe(3);
+    const without = await tripsOf(async (tx) => {
+      await tx.rows(NAME, [id]);
+      return tx.answerFromKept(() => tx.rows(NAME, [id]));
+    });
+    expect(without.calls).toBe(3);
+    expect(without.result).toEqual([{ name: 'sent' }]);
+  });
+
+  it('keeps the latest answer: a read sent again after a write replaces the one before it', async () => {
+    const id = await workspace('one');
+    const { result } = await tripsOf(async (tx) => {
+      tx.keepAnswers();
+      await tx.rows(NAME, [id]);
+      await tx.exec('UPDATE workspaces SET name = ? WHERE id = ?', ['two', id]);
+      await tx.rows(NAME, [id]);
+      return tx.answerFromKept(() => tx.rows(NAME, [id]));
+    });
+    expect(result).toEqual([{ name: 'two' }]);
+  });
+});
