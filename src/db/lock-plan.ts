@@ -77,6 +77,11 @@ export class LockPlan {
     return this.lastKey === null || key >= this.lastKey;
   }
 
+  /** Whether this lock was already acquired; changes nothing. */
+  holds(tier: Tier, key: string): boolean {
+    return this.held.has(`${tier}|${key}`);
+  }
+
   /** The acquisitions so far, in order (for diagnostics and tests). */
   acquisitions(): readonly string[] {
     return this.trail;

@@ -504,6 +504,11 @@ export class Tx {
     return rows.every((r) => this.locks.accepts(r.tier, `${r.table}:${r.key}`));
   }
 
+  /** Whether every row lock named is already held by this transaction. */
+  holdsRows(rows: readonly { tier: Tier; table: string; key: string }[]): boolean {
+    return rows.every((r) => this.locks.holds(r.tier, `${r.table}:${r.key}`));
+  }
+
   /** Records a row lock in the plan; the caller's SQL takes it (`FOR UPDATE` / `FOR SHARE`). */
   lockRow(tier: Tier, table: string, key: string): 'new' | 'held' {
     return this.locks.acquire(tier, `${table}:${key}`);

@@ -60,7 +60,10 @@ export async function completePhaseAInBatchLocked(
   if (identityState !== 'preparing' || task.lifecycle_state === 'deleted' || task.creation_state !== 'preparing') {
     return { phaseA: 'not_completable' };
   }
-  const fences = written && options.fence ? stepFences(tx, op.id, written) : null;
+  // Kept answers stand for rows locked before they were read: only when the batch's union already holds every lock
+  // the verification takes (a lock first taken here would come after the answer it should protect).
+  const fences =
+    written && options.fence && tx.holdsRows(completeLockNeeds(written, plan)) ? stepFences(tx, op.id, written) : null;
   if (fences !== null) {
     // ADR 0030: the rows as written are proved stored by the server (with COMMIT), and the verification over them
     // is answered from what this transaction already read — no round trip of its own.

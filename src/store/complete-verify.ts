@@ -104,8 +104,9 @@ export async function verifyCompletePredicateLocked(tx: Tx, steps: StepRow[], pl
 /**
  * The reads of `verifyPlannedRowsLocked`: the task, its identity, repositories and environments. The environments
  * are read under their shared locks (11.1), or plainly when the transaction already holds every planned one
- * (`heldEnvironments`: the ledger batch's phase A, whose union took them; a row beyond the plan fails the check
- * either way), so a batch can send them early (ADR 0030).
+ * (`heldEnvironments`; always so in Complete, whose effect-row locks take them first in the same round trip, and in
+ * the ledger batch, whose union took them; with none planned there is nothing to hold): a row beyond the plan fails
+ * the check either way. Plain, a batch can send them early (ADR 0030).
  */
 export function plannedRowsStatements(
   dialect: Dialect,
@@ -137,7 +138,7 @@ export function plannedRowsStatements(
 export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promise<void> {
   const actual: { table: string; key: string; row_sha256: string }[] = [];
   const envIds = plan.database_rows.filter((r) => r.table === 'task_environments').map((r) => r.key);
-  let held = envIds.length > 0;
+  let held = true;
   for (const id of [...envIds].sort()) held = tx.lockRow(TIER.ENVIRONMENT, 'task_environments', id) === 'held' && held;
   // One round trip (Tx.batch); the environments' shared locks are the only locks, and come last as before.
   const [taskRead, identRead, reposRead, envsRead] = plannedRowsStatements(tx.dialect, plan, held);

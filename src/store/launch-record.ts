@@ -29,6 +29,7 @@ import { canonicalJson } from '../canonical/canonical-json';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import { RestartCommand } from '../db/dialect';
+import { isConnectionLost } from '../db/connection-loss';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import type { StatementResult } from '../db/batch';
 import { casDispatchLocked, dispatchEvidenceJson, lockLaunchPrefixLocked, type RuntimeProof } from './launch-dispatch';
@@ -46,26 +47,34 @@ export async function recordLaunchDispatch(
   mark?: OutboxMark,
 ): Promise<void> {
   const evidence = dispatchEvidenceJson(claim, proof);
-  let attempt = 0;
+  let oneRoundTrip = claim.verified !== undefined;
+  // A connection was lost during an attempt (its COMMIT may have taken).
+  let lost = false;
   const recorded = await runTransaction<Recorded>(
     db,
     'RecordLaunchDispatch',
     async (tx) => {
-      attempt++;
-      if (attempt === 1 && claim.verified)
-        return recordInOneRoundTrip(tx, claim, claim.verified, proof, evidence, mark);
+      if (oneRoundTrip) {
+        oneRoundTrip = false;
+        return recordInOneRoundTrip(tx, claim, claim.verified!, proof, evidence, mark);
+      }
       const p = await lockLaunchPrefixLocked(tx, claim.operationId, claim.sessionId, claim.owner);
-      if ('refused' in p)
-        throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
-      // A later attempt may follow a connection lost during an earlier one's COMMIT (`retryLostCommit`): the claim,
-      // read under its lock (a COMMIT still in flight is waited for), says whether that one took.
-      if (attempt > 1 && (await recordedEarlier(tx, claim, evidence))) {
+      // After a lost connection (`retryLostCommit`) the claim, read under its lock (a COMMIT still in flight is
+      // waited for), says whether the lost COMMIT took — before any refusal, which may be newer than that record.
+      if (lost && (await recordedEarlier(tx, claim, evidence))) {
         tx.rollbackOnly();
         return { earlier: true };
       }
+      if ('refused' in p)
+        throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
       return recordWritesLocked(tx, claim, proof, evidence, mark);
     },
-    { retryLostCommit: claim.verified !== undefined },
+    {
+      retryLostCommit: claim.verified !== undefined,
+      onRetry: (_attempt, err) => {
+        lost ||= isConnectionLost(err);
+      },
+    },
   );
   if ('earlier' in recorded) return;
   const results = await recorded.results;

@@ -29,7 +29,6 @@ import { canonicalJson } from '../canonical/canonical-json';
 import { evidenceHash } from '../canonical/hash';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import type { Statement } from '../db/batch';
-import { isPlainRead } from '../db/early-reads';
 import type { CreationPlan } from '../canonical/types';
 import { isTaskLedgerError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
@@ -228,9 +227,8 @@ export async function claimAndApplyLedgerSteps(
 
 /**
  * Phase A's reads of the rows Begin inserted, as `verifyPlannedRowsLocked` will issue them in this batch (its planned
- * environments held by the union: read plainly), that can go early: the plain ones.
+ * environments held by the union: read plainly), to go early.
  */
 function plannedRowsReads(tx: Tx, plan: CreationPlan): Statement[] {
-  const envs = plan.database_rows.some((r) => r.table === 'task_environments');
-  return plannedRowsStatements(tx.dialect, plan, envs).filter((s) => isPlainRead(s.sql));
+  return plannedRowsStatements(tx.dialect, plan, true);
 }

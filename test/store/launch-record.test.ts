@@ -4,10 +4,14 @@
  * round trip — both claims (the launch's own and phase B's) keep it; a check
  * the server makes that fails starts over on the checked path, which gives
  * the refusal with zero writes or, where nothing is wrong, records; a retry
- * that finds the claim already recorded with this evidence writes nothing;
+ * after a COMMIT that took but whose answer was lost finds the record and
+ * writes nothing (and a refusal without a lost connection is not taken for
+ * one);
  * a connection killed during the round trip is retried and records once.
  */
 import { randomUUID } from 'node:crypto';
+import mysql from 'mysql2';
+import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { completeTaskCreation } from '../../src/store/complete';
 import { claimLaunchDispatch, type DispatchClaim, type RuntimeProof } from '../../src/store/launch-dispatch';
@@ -60,6 +64,46 @@ async function recorded(claim: DispatchClaim) {
     session: session?.state,
     runtimes: await count(t.db, 'executors_running', 'dispatch_claim_id = ?', [claim.dispatchId]),
   };
+}
+
+/**
+ * Fault injection on the client side (the real database runs every statement): the first round trip that names
+ * `marker` runs on the server, then its connection is destroyed and the caller gets a connection reset instead of
+ * the answer — a COMMIT that took with its answer lost.
+ */
+function loseAnswerOf(marker: string): void {
+  const reset = () => Object.assign(new Error('connection reset (test)'), { code: 'ECONNRESET' });
+  let done = false;
+  if (t.db.dialect === 'postgres') {
+    const original = pg.Client.prototype.query;
+    vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (this: pg.Client, ...args: unknown[]) {
+      const text = typeof args[0] === 'string' ? args[0] : '';
+      const result = (original as (...a: unknown[]) => unknown).apply(this, args);
+      // Prepared statements run as EXECUTE: the marker is a value; COMMIT ends the record's round trip.
+      if (done || !text.includes(marker) || !text.includes('COMMIT')) return result;
+      done = true;
+      return Promise.resolve(result).then(() => {
+        (this as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+        throw reset();
+      });
+    } as typeof original);
+    return;
+  }
+  const proto = mysql.Connection.prototype as unknown as { query: (...args: unknown[]) => unknown };
+  const original = proto.query;
+  vi.spyOn(proto, 'query').mockImplementation(function (this: { destroy(): void }, ...args: unknown[]) {
+    const text = String(args[0]) + (Array.isArray(args[1]) ? (args[1] as unknown[]).join(' ') : '');
+    const callback = args[args.length - 1];
+    if (done || typeof callback !== 'function' || !text.includes(marker) || !text.includes('executors_running')) {
+      return original.apply(this, args);
+    }
+    done = true;
+    const wrapped = (err: unknown) => {
+      this.destroy();
+      (callback as (e: unknown) => void)(err ?? reset());
+    };
+    return original.apply(this, [...args.slice(0, -1), wrapped]);
+  });
 }
 
 /** The same claim, remembering another intent generation than the one stored: the server's check fails. */
@@ -126,15 +170,21 @@ describe('the launch record (ADR 0029)', () => {
     expect(await recorded(claim)).toEqual({ claim: 'running', evidence: null, session: 'starting', runtimes: 0 });
   });
 
-  it('a later attempt that finds the claim recorded with this evidence writes nothing', async () => {
+  it('a COMMIT that took but whose answer was lost: the retry finds the record and writes nothing', async () => {
     const { claim } = await claimed();
+    // The record's round trip runs on the server; its answer is then lost with its connection (the server committed).
+    loseAnswerOf(claim.dispatchId);
     await recordLaunchDispatch(t.db, claim, proof(4247));
+    vi.restoreAllMocks();
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+  });
+
+  it('a refusal after a failed server check is not mistaken for a lost record', async () => {
+    const { claim } = await claimed();
+    await recordLaunchDispatch(t.db, claim, proof(4248));
     const first = await recorded(claim);
-    // The second call stands for the attempt after a COMMIT whose answer was lost: its first attempt fails a check
-    // (the claim is no longer `running`), the next one finds the record.
-    await recordLaunchDispatch(t.db, misremembered(claim), proof(4247));
-    expect(await recorded(claim)).toEqual(first);
-    // Another runtime is another record: that one is refused.
+    // A second record of the same claim (its first attempt fails a check: the claim is no longer `running`) is
+    // refused on the checked path: no connection was lost, so nothing is taken for a record made earlier.
     await expect(recordLaunchDispatch(t.db, misremembered(claim), proof(4248))).rejects.toMatchObject({
       code: 'stale_claim',
     });
