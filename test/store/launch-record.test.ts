@@ -75,18 +75,19 @@ function loseAnswerOf(marker: string): void {
   const reset = () => Object.assign(new Error('connection reset (test)'), { code: 'ECONNRESET' });
   let done = false;
   if (t.db.dialect === 'postgres') {
-    const original = pg.Client.prototype.query;
-    vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (this: pg.Client, ...args: unknown[]) {
+    const client = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
+    const original = client.query;
+    vi.spyOn(client, 'query').mockImplementation(function (this: unknown, ...args: unknown[]) {
       const text = typeof args[0] === 'string' ? args[0] : '';
-      const result = (original as (...a: unknown[]) => unknown).apply(this, args);
+      const result = original.apply(this, args);
       // Prepared statements run as EXECUTE: the marker is a value; COMMIT ends the record's round trip.
       if (done || !text.includes(marker) || !text.includes('COMMIT')) return result;
       done = true;
       return Promise.resolve(result).then(() => {
-        (this as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+        (this as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
         throw reset();
       });
-    } as typeof original);
+    });
     return;
   }
   const proto = mysql.Connection.prototype as unknown as { query: (...args: unknown[]) => unknown };
