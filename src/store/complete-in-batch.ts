@@ -109,8 +109,8 @@ const byId = (a: { id: string }, b: { id: string }) => (a.id < b.id ? -1 : a.id 
 const stepsNotAsWritten = () => new RestartCommand('ledger batch: a step row is not stored as the batch wrote it');
 
 /**
- * Two fences the server checks with COMMIT: every step row of the operation equal, column by column and byte for
- * byte, to the row as written (as many rows as written), and no other step row. Null when a written row holds a
+ * A fence the server checks with COMMIT: every step row of the operation equal, column by column and byte for byte,
+ * to the row as written (as many rows as written), and no other step row. Null when a written row holds a
  * time (a live lease: not a row phase A would verify), which only a re-read can compare.
  */
 function stepFences(
@@ -139,16 +139,15 @@ function stepFences(
     }
     rows.push(`(${conds.join(' AND ')})`);
   }
+  // And no other step row: the operation's count, in the same statement.
+  params.push(operationId, written.length);
   return [
     {
       statement: {
-        sql: `SELECT id FROM task_creation_steps WHERE operation_id = ? AND (${rows.join(' OR ')})`,
+        sql: `SELECT id FROM task_creation_steps WHERE operation_id = ? AND (${rows.join(' OR ')})
+               AND (SELECT COUNT(*) FROM task_creation_steps c WHERE c.operation_id = ?) = ?`,
         params,
       },
-      rows: written.length,
-    },
-    {
-      statement: { sql: 'SELECT id FROM task_creation_steps WHERE operation_id = ?', params: [operationId] },
       rows: written.length,
     },
   ];

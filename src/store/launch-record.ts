@@ -123,25 +123,19 @@ function recordInOneRoundTrip(
   tx.exec('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [claim.taskId]).catch(() => undefined);
   for (const id of v.stepIds) tx.lockRow(TIER.STEP, 'task_creation_steps', id);
   tx.expect(stepsLockStatement(claim.operationId, tx.dialect), v.stepIds.length, fenceFailed);
-  tx.expect(
-    { sql: 'SELECT event_id FROM task_revisions WHERE task_id = ? AND revision = 1', params: [claim.taskId] },
-    1,
-    fenceFailed,
-  );
+  // Revision one, its `task.created` and the armed intent (rows the locks above hold or that never change): plain
+  // reads, checked as one.
   tx.expect(
     {
-      sql: "SELECT event_id FROM event_outbox WHERE task_id = ? AND revision = 1 AND type = 'task.created'",
-      params: [claim.taskId],
-    },
-    1,
-    fenceFailed,
-  );
-  tx.expect(
-    {
-      sql: `SELECT id FROM task_creation_steps
-             WHERE id = ? AND operation_id = ? AND kind = 'launch_intent' AND step_key = ? AND state = 'armed'
-               AND generation = ? AND request_sha256 = ? AND evidence_sha256 = ?`,
+      sql: `SELECT r.event_id FROM task_revisions r
+             WHERE r.task_id = ? AND r.revision = 1
+               AND EXISTS (SELECT 1 FROM event_outbox e WHERE e.task_id = ? AND e.revision = 1 AND e.type = 'task.created')
+               AND EXISTS (SELECT 1 FROM task_creation_steps s
+                            WHERE s.id = ? AND s.operation_id = ? AND s.kind = 'launch_intent' AND s.step_key = ?
+                              AND s.state = 'armed' AND s.generation = ? AND s.request_sha256 = ? AND s.evidence_sha256 = ?)`,
       params: [
+        claim.taskId,
+        claim.taskId,
         v.intent.id,
         claim.operationId,
         claim.sessionId,
