@@ -10,6 +10,7 @@ import { beginTaskCreation } from '../../src/store/begin';
 import { completeTaskCreation } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
 import { countRoundTrips } from '../support/round-trips';
+import { killWhileInserting } from '../support/db-faults';
 import { TASK_VIEW_COLUMNS } from '../../src/store/task-view';
 import { begin, driveAllSteps, expectTyped } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
@@ -560,56 +561,16 @@ describe('Begin in one round trip, its fences checked on the server (ADR 0028)',
 describe('Begin in one round trip: a connection lost during its COMMIT (ADR 0028)', () => {
   it('is retried, and the retry creates the task exactly once', async () => {
     const ws = await seedWorkspace(t.db);
-    const pg = t.db.dialect === 'postgres';
     const title = `lost-${randomUUID()}`;
-    const name = `tl_slow_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
-    // Every insert of a task with this title waits two seconds: long enough to kill its connection meanwhile.
-    if (pg) {
-      // It publishes its backend's PID first, in a sequence (not rolled back, seen at once).
-      await sql(t.db, `CREATE SEQUENCE ${name}_pid`);
-      await sql(
-        t.db,
-        `CREATE FUNCTION ${name}_fn() RETURNS trigger AS $$ BEGIN
-           IF NEW.title = '${title}' THEN PERFORM setval('${name}_pid', pg_backend_pid()); PERFORM pg_sleep(2); END IF;
-           RETURN NEW; END $$ LANGUAGE plpgsql`,
-      );
-      await sql(t.db, `CREATE TRIGGER ${name} BEFORE INSERT ON tasks FOR EACH ROW EXECUTE FUNCTION ${name}_fn()`);
-    } else {
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${name} BEFORE INSERT ON tasks FOR EACH ROW BEGIN
-           IF NEW.title = '${title}' THEN DO SLEEP(2); END IF; END`,
-      );
-    }
-    try {
-      const killed = (async () => {
-        // The connection running Begin's one round trip (its text names the title), killed once, mid-batch.
-        // (MariaDB shows the batch's text, or the trigger's statement.)
-        const find = pg
-          ? `SELECT last_value AS id FROM ${name}_pid WHERE is_called`
-          : `SELECT id FROM information_schema.processlist WHERE (info LIKE ? OR info LIKE '%SLEEP(2)%')
-              AND id <> CONNECTION_ID()`;
-        for (let i = 0; i < 500; i++) {
-          const [row] = await sql<{ id: number | string }>(t.db, find, pg ? [] : [`%${ws.workspaceId}%`]);
-          if (row) {
-            if (pg) await sql(t.db, 'SELECT pg_terminate_backend(CAST(? AS integer))', [String(row.id)]);
-            else await sql(t.db, `KILL CONNECTION ${Number(row.id)}`);
-            return true;
-          }
-          await new Promise((r) => setTimeout(r, 10));
-        }
-        return false;
-      })();
-      const res = await begin(t.db, ws, { title });
-      expect(await killed).toBe(true);
-      expect(res.outcome).toBe('Created');
-      expect(await count(t.db, 'tasks', 'title = ?', [title])).toBe(1);
-      expect(await count(t.db, 'task_creation_operations', 'task_id = ?', [res.task.id])).toBe(1);
-    } finally {
-      await sql(t.db, `DROP TRIGGER ${name}${pg ? ' ON tasks' : ''}`);
-      if (pg) await sql(t.db, `DROP FUNCTION ${name}_fn()`);
-      if (pg) await sql(t.db, `DROP SEQUENCE ${name}_pid`);
-    }
+    let res: Awaited<ReturnType<typeof begin>> | undefined;
+    // Every insert of a task with this title waits in a trigger, and Begin's one round trip is killed meanwhile.
+    const killed = await killWhileInserting(t.db, 'tasks', `NEW.title = '${title}'`, ws.workspaceId, async () => {
+      res = await begin(t.db, ws, { title });
+    });
+    expect(killed).toBe(1);
+    expect(res!.outcome).toBe('Created');
+    expect(await count(t.db, 'tasks', 'title = ?', [title])).toBe(1);
+    expect(await count(t.db, 'task_creation_operations', 'task_id = ?', [res!.task.id])).toBe(1);
   });
 
   it('a retry that finds its own operation row committed answers Created from the stored rows, writing nothing', async () => {

@@ -9,7 +9,6 @@
  * one);
  * a connection killed during the round trip is retried and records once.
  */
-import { randomUUID } from 'node:crypto';
 import mysql from 'mysql2';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -20,6 +19,7 @@ import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { countRoundTrips } from '../support/round-trips';
+import { killWhileInserting } from '../support/db-faults';
 import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
@@ -194,54 +194,15 @@ describe('the launch record (ADR 0029)', () => {
 
   it('a connection killed during the round trip is retried, and the launch is recorded once', async () => {
     const { claim } = await claimed();
-    const pg = t.db.dialect === 'postgres';
-    const name = `tl_slow_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
-    // The runtime row's insert for this session waits two seconds: long enough to kill its connection meanwhile.
-    if (pg) {
-      await sql(t.db, `CREATE SEQUENCE ${name}_pid`);
-      await sql(
-        t.db,
-        `CREATE FUNCTION ${name}_fn() RETURNS trigger AS $$ BEGIN
-           IF NEW.session_id = '${claim.sessionId}' THEN PERFORM setval('${name}_pid', pg_backend_pid()); PERFORM pg_sleep(2); END IF;
-           RETURN NEW; END $$ LANGUAGE plpgsql`,
-      );
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${name} BEFORE INSERT ON executors_running FOR EACH ROW EXECUTE FUNCTION ${name}_fn()`,
-      );
-    } else {
-      await sql(
-        t.db,
-        `CREATE TRIGGER ${name} BEFORE INSERT ON executors_running FOR EACH ROW BEGIN
-           IF NEW.session_id = '${claim.sessionId}' THEN DO SLEEP(2); END IF; END`,
-      );
-    }
-    try {
-      let kills = 0;
-      const killed = (async () => {
-        const find = pg
-          ? `SELECT last_value AS id FROM ${name}_pid WHERE is_called`
-          : `SELECT id FROM information_schema.processlist WHERE (info LIKE ? OR info LIKE '%SLEEP(2)%')
-              AND id <> CONNECTION_ID()`;
-        for (let i = 0; i < 500; i++) {
-          const [row] = await sql<{ id: number | string }>(t.db, find, pg ? [] : [`%${claim.sessionId}%`]);
-          if (row) {
-            if (pg) await sql(t.db, 'SELECT pg_terminate_backend(CAST(? AS integer))', [String(row.id)]);
-            else await sql(t.db, `KILL CONNECTION ${Number(row.id)}`);
-            kills++;
-            return;
-          }
-          await new Promise((r) => setTimeout(r, 10));
-        }
-      })();
-      await recordLaunchDispatch(t.db, claim, proof(4249));
-      await killed;
-      expect(kills).toBe(1);
-      expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
-    } finally {
-      await sql(t.db, `DROP TRIGGER ${name}${pg ? ' ON executors_running' : ''}`);
-      if (pg) await sql(t.db, `DROP FUNCTION ${name}_fn()`);
-      if (pg) await sql(t.db, `DROP SEQUENCE ${name}_pid`);
-    }
+    // The runtime row's insert for this session waits in a trigger, and the record's connection is killed meanwhile.
+    const killed = await killWhileInserting(
+      t.db,
+      'executors_running',
+      `NEW.session_id = '${claim.sessionId}'`,
+      claim.sessionId,
+      () => recordLaunchDispatch(t.db, claim, proof(4249)),
+    );
+    expect(killed).toBe(1);
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
   });
 });

@@ -6,7 +6,9 @@
  *   deadlock would, so the command restarts until its retries are used up
  *   (`retry_exhausted`: a database fault, not a ledger answer); `off()` ends
  *   the fault, `drop()` removes the trigger;
- * - `rewriteOn`: the row a command writes is not the row it reads back.
+ * - `rewriteOn`: the row a command writes is not the row it reads back;
+ * - `killWhileInserting`: the connection inserting a row is killed from
+ *   outside while a trigger holds that insert.
  * A trigger acts on every session's writes: the database is shared by the
  * test files that run at the same time, so `when` must name the test's own
  * rows (its task, its operation), or another file's creations meet the fault.
@@ -89,4 +91,55 @@ export async function rewriteOn(
     `IF ${when} THEN SET NEW.${column} = ${value}; END IF;`,
   );
   return { drop };
+}
+
+/**
+ * Runs `fn` while every insert into `table` whose new row `when` admits waits two seconds in a trigger, and kills the
+ * connection running it from outside, once; answers how many connections were killed (1, or 0 when none was found
+ * in five seconds). PostgreSQL: the trigger publishes its backend's PID in a sequence (not rolled back, seen at once).
+ * MariaDB: the connection is found in the process list by `marker` (a value in its statements) or by its own sleep.
+ */
+export async function killWhileInserting(
+  db: Db,
+  table: string,
+  when: string,
+  marker: string,
+  fn: () => Promise<unknown>,
+): Promise<number> {
+  const pg = db.dialect === 'postgres';
+  const name = `tl_slow_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+  // A sleep of its own (two seconds and a few random thousandths): the process list may show the trigger's
+  // statement instead of the command's, and another test file's trigger must not match it.
+  const sleep = `SLEEP(2.${String(Math.floor(Math.random() * 1e5)).padStart(5, '0')})`;
+  if (pg) await sql(db, `CREATE SEQUENCE ${name}_pid`);
+  const drop = await rowTrigger(
+    db,
+    name,
+    table,
+    'INSERT',
+    `IF ${when} THEN PERFORM setval('${name}_pid', pg_backend_pid()); PERFORM pg_sleep(2); END IF;`,
+    `IF ${when} THEN DO ${sleep}; END IF;`,
+  );
+  try {
+    const killed = (async () => {
+      const find = pg
+        ? `SELECT last_value AS id FROM ${name}_pid WHERE is_called`
+        : `SELECT id FROM information_schema.processlist WHERE (info LIKE ? OR info LIKE ?) AND id <> CONNECTION_ID()`;
+      for (let i = 0; i < 500; i++) {
+        const [row] = await sql<{ id: number | string }>(db, find, pg ? [] : [`%${marker}%`, `%${sleep}%`]);
+        if (row) {
+          if (pg) await sql(db, 'SELECT pg_terminate_backend(CAST(? AS integer))', [String(row.id)]);
+          else await sql(db, `KILL CONNECTION ${Number(row.id)}`);
+          return 1;
+        }
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      return 0;
+    })();
+    await fn();
+    return await killed;
+  } finally {
+    await drop();
+    if (pg) await sql(db, `DROP SEQUENCE ${name}_pid`);
+  }
 }
