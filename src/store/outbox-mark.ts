@@ -3,7 +3,7 @@
  * (outbox 16), so each event ID is marked exactly once whoever delivers it.
  * Sent alone by the dispatcher after a delivery (src/outbox/dispatcher.ts),
  * or with the launch record when the delivery ran the launch in place
- * (`recordLaunchDispatch`, src/store/launch-dispatch.ts). Affects 1 row when
+ * (`recordLaunchDispatch`, src/store/launch-record.ts). Affects 1 row when
  * this statement marked it, 0 when it was already marked.
  */
 import type { Dialect } from '../db/config';
