@@ -37,7 +37,7 @@ import {
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
 import { checkedFailure, checkedSql, checkedStatementsMysql } from './checked-commit';
-import { EarlyReads, KeptAnswers } from './early-reads';
+import { EarlyReads, isPlainRead, KeptAnswers } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
 
@@ -250,7 +250,8 @@ export class Tx {
       this.early.issued(stmt.sql);
       const answers = this.answers;
       answers?.issued(stmt.sql);
-      if (this.early.empty && answers === null) return this.queue(stmt);
+      // Only plain reads are ever kept (early or as answers): anything else needs no key (building it costs).
+      if ((this.early.empty && answers === null) || !isPlainRead(stmt.sql)) return this.queue(stmt);
       const key = statementKey(stmt.sql, stmt.params);
       const kept = this.early.empty ? undefined : this.early.take(key);
       if (kept !== undefined) {
