@@ -17,12 +17,8 @@ import { parseCanonical } from '../canonical/canonical-json';
 import type { Db } from '../db/tx';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
-import {
-  claimLaunchDispatch,
-  confirmLaunchDispatchClaim,
-  failLaunchDispatch,
-  type DispatchClaim,
-} from '../store/launch-dispatch';
+import { claimLaunchDispatch, failLaunchDispatch, type DispatchClaim } from '../store/launch-dispatch';
+import { confirmLaunchDispatchClaim } from '../store/launch-confirm';
 import type { OutboxMark } from '../store/outbox-mark';
 import { recordLaunchDispatch } from '../store/launch-record';
 import { abandonLaunchDispatch } from '../store/launch-dispatch-end';

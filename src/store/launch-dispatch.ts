@@ -22,11 +22,8 @@
  * The record (`running -> succeeded`, the runtime row) is in
  * store/launch-record.ts. failLaunchDispatch — `running ->
  * retry_wait` (authenticated no-dispatch proof) or `unknown`.
- * confirmLaunchDispatchClaim — one autocommit statement on the dispatch
- * claim 8.2 alone: the compare-and-set that renews the lease of a live
- * `running` claim of this generation and owner, re-checked right before the
- * runtime is started, so a stale claim (expired, recovered, retried by a
- * later generation, fenced by a deletion) performs no I/O. The claim also
+ * The check right before the runtime is started that the claim is still
+ * live (confirmLaunchDispatchClaim) is in store/launch-confirm.ts. The claim also
  * reads the launch spec (agent profile, session environment, worktree) with
  * the session's lock, so the start needs no read of its own; its writes
  * travel with COMMIT, the claim's compare-and-set checked there
@@ -41,9 +38,8 @@ import type { LaunchIntentRequest } from '../canonical/types';
 import type { DispatchClaim, LaunchSpecRow } from './types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
-import { execIdempotent, runTransaction, type Db, type Tx } from '../db/tx';
+import { runTransaction, type Db, type Tx } from '../db/tx';
 import type { Statement } from '../db/batch';
-import { nowPlusMsSql, nowSql } from '../db/dialect';
 import { verifyStoredEvidence } from './complete-verify';
 import {
   guardOperationLocked,
@@ -350,18 +346,6 @@ export function casDispatchLocked(
     1,
     () => new ConflictError('stale_claim', 'dispatch claim is stale', { dispatch_id: claim.dispatchId }),
   );
-}
-
-/** One autocommit statement (`execIdempotent`): renewing a live lease by its own owner twice is renewing it once. */
-export async function confirmLaunchDispatchClaim(db: Db, claim: DispatchClaim, leaseMs: number): Promise<boolean> {
-  const changed = await execIdempotent(
-    db,
-    `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${nowPlusMsSql(db.dialect)}, updated_at = ${nowSql(db.dialect)}
-      WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${nowSql(db.dialect)}
-        AND deletion_operation_id IS NULL`,
-    [leaseMs, claim.dispatchId, claim.generation, claim.owner],
-  );
-  return changed === 1;
 }
 
 /** The canonical evidence of a started runtime (recorded by the worker or reconciled by recovery). */
