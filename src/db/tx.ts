@@ -268,6 +268,28 @@ export class Tx {
     return Promise.all(results);
   }
 
+  /**
+   * `batch`, where the answer of statement i also answers the plain read `answering[i]` when this transaction issues
+   * it later (same SQL and parameters): kept as an early read is (`readEarly`), dropped by a write to a table it
+   * reads, taken once. For a locking read of a row whose plain read follows (src/store/effects/row-locks.ts, ADR
+   * 0032): the row is locked from that statement on, so a read after it could only answer the same.
+   */
+  batchAnswering(
+    statements: readonly Statement[],
+    answering: readonly (Statement | undefined)[],
+  ): Promise<StatementResult[]> {
+    const all = this.batch(statements);
+    answering.forEach((read, i) => {
+      if (read === undefined) return;
+      this.early.keep(
+        read.sql,
+        statementKey(read.sql, read.params),
+        all.then((r) => r[i] as StatementResult),
+      );
+    });
+    return all;
+  }
+
   private queue(stmt: Statement): Promise<StatementResult> {
     return new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
   }

@@ -2,17 +2,26 @@
  * Effect-row locks: needs given in any order are taken in the global order
  * (tier, then table:key), duplicates collapse to the stronger mode, held keys
  * run no SQL, and a need below a tier already held is refused by the
- * LockPlan inside a real transaction. Runs on PostgreSQL and MySQL/MariaDB.
+ * LockPlan inside a real transaction; a need that names the columns read
+ * next is taken by a locking read whose answer answers that read with no
+ * statement of its own, unless a write of the transaction came in between
+ * (ADR 0032). Runs on PostgreSQL and MySQL/MariaDB.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { TIER } from '../../src/db/lock-plan';
 import { runTransaction } from '../../src/db/tx';
-import { orderLocks, takeLocks, type LockNeed } from '../../src/store/effects/row-locks';
+import { orderLocks, rowRead, takeLocks, type LockNeed } from '../../src/store/effects/row-locks';
+import { ENVIRONMENT_COLUMNS } from '../../src/store/effects/row-documents';
 import { useTestDb } from '../support/db';
+import { countRoundTrips } from '../support/round-trips';
 import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
 
 const need = (tier: LockNeed['tier'], table: string, key: string, mode: LockNeed['mode'] = 'share'): LockNeed => ({
   tier,
@@ -61,5 +70,50 @@ describe('effect-row locks', () => {
       await takeLocks(tx, [need(TIER.ENVIRONMENT, 'task_environments', ws.sharedEnvironmentId)]);
     });
     await expect(run).rejects.toMatchObject({ code: 'lock_order_violation' });
+  });
+
+  it('a need that names what is read next answers that read from its own locking read, in its round trip', async () => {
+    const ws = await seedWorkspace(t.db);
+    const envRead = rowRead('task_environments', ENVIRONMENT_COLUMNS, 'id = ?');
+    const trips = countRoundTrips(t.db, ws.sharedEnvironmentId);
+    const [row, calls] = await runTransaction(t.db, 'test', async (tx) => {
+      await takeLocks(tx, [
+        { ...need(TIER.ENVIRONMENT, 'task_environments', ws.sharedEnvironmentId), reads: ENVIRONMENT_COLUMNS },
+      ]);
+      const rows = await tx.rows<{ id: string; kind: string }>(envRead, [ws.sharedEnvironmentId]);
+      return [rows[0], trips.calls] as const;
+    });
+    // The plain read sent nothing: the lock's round trip answered it.
+    expect(calls).toBe(1);
+    expect(row).toMatchObject({ id: ws.sharedEnvironmentId, kind: 'shared' });
+    expect(trips.texts.join('\n')).not.toMatch(/SELECT 1 AS locked/);
+  });
+
+  it('a write of the transaction to the table between the lock and the read sends the read', async () => {
+    const ws = await seedWorkspace(t.db);
+    const envRead = rowRead('task_environments', ENVIRONMENT_COLUMNS, 'id = ?');
+    const trips = countRoundTrips(t.db, ws.sharedEnvironmentId);
+    const rows = await runTransaction(t.db, 'test', async (tx) => {
+      await takeLocks(tx, [
+        { ...need(TIER.ENVIRONMENT, 'task_environments', ws.sharedEnvironmentId), reads: ENVIRONMENT_COLUMNS },
+      ]);
+      // Any write naming the table drops the kept answer (it may have changed the row).
+      await tx.exec('UPDATE task_environments SET kind = kind WHERE id = ?', [ws.sharedEnvironmentId]);
+      return tx.rows<{ kind: string }>(envRead, [ws.sharedEnvironmentId]);
+    });
+    expect(rows).toEqual([expect.objectContaining({ kind: 'shared' })]);
+    // The lock, the write, and the read of its own.
+    expect(trips.calls).toBe(3);
+  });
+
+  it('a need without it locks with a bare SELECT and leaves the read to the server', async () => {
+    const ws = await seedWorkspace(t.db);
+    const envRead = rowRead('task_environments', ENVIRONMENT_COLUMNS, 'id = ?');
+    const trips = countRoundTrips(t.db, ws.sharedEnvironmentId);
+    await runTransaction(t.db, 'test', async (tx) => {
+      await takeLocks(tx, [need(TIER.ENVIRONMENT, 'task_environments', ws.sharedEnvironmentId)]);
+      await tx.rows(envRead, [ws.sharedEnvironmentId]);
+    });
+    expect(trips.calls).toBe(2);
   });
 });

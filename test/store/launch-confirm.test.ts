@@ -7,14 +7,11 @@
  * or owner, its lease run out, gone — is refused, and nothing is written.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { completeTaskCreation } from '../../src/store/complete';
-import { claimLaunchDispatch, type DispatchClaim } from '../../src/store/launch-dispatch';
+import type { DispatchClaim } from '../../src/store/launch-dispatch';
 import { confirmLaunchDispatchClaim } from '../../src/store/launch-confirm';
-import type { OperationAuthority } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
-import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { countRoundTrips } from '../support/round-trips';
-import { seedWorkspace } from '../support/seed';
+import { claimedLaunch } from '../support/launch';
 
 const t = useTestDb();
 const OWNER = 'confirm-test:worker';
@@ -24,17 +21,7 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-async function claimed(): Promise<DispatchClaim> {
-  const ws = await seedWorkspace(t.db);
-  const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
-  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-  await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
-  expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
-  const sessionId = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'launch_intent')!.step_key;
-  const claim = await claimLaunchDispatch(t.db, { operationId: res.operationId, sessionId }, OWNER, LEASE_MS);
-  if (!('dispatchId' in claim)) throw new Error(`not claimed: ${JSON.stringify(claim)}`);
-  return claim;
-}
+const claimed = async (): Promise<DispatchClaim> => (await claimedLaunch(t.db, OWNER, LEASE_MS)).claim;
 
 /** The claim row's lease as milliseconds from the database's now (negative: run out), and its last write. */
 async function leaseOf(

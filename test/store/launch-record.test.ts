@@ -13,12 +13,13 @@ import mysql from 'mysql2';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { completeTaskCreation } from '../../src/store/complete';
-import { claimLaunchDispatch, type DispatchClaim, type RuntimeProof } from '../../src/store/launch-dispatch';
+import type { DispatchClaim, RuntimeProof } from '../../src/store/launch-dispatch';
 import { recordLaunchDispatch } from '../../src/store/launch-record';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
-import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { begin, driveAllSteps } from '../support/ledger';
 import { countRoundTrips } from '../support/round-trips';
+import { claimedLaunch } from '../support/launch';
 import { killWhileInserting } from '../support/db-faults';
 import { seedWorkspace } from '../support/seed';
 
@@ -31,17 +32,7 @@ afterEach(() => {
 });
 
 /** A created task whose launch intent is armed, and the claim `claimLaunchDispatch` took for it. */
-async function claimed(): Promise<{ claim: DispatchClaim; operationId: string }> {
-  const ws = await seedWorkspace(t.db);
-  const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
-  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-  await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
-  expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
-  const sessionId = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'launch_intent')!.step_key;
-  const claim = await claimLaunchDispatch(t.db, { operationId: res.operationId, sessionId }, OWNER, LEASE_MS);
-  if (!('dispatchId' in claim)) throw new Error(`not claimed: ${JSON.stringify(claim)}`);
-  return { claim, operationId: res.operationId };
-}
+const claimed = () => claimedLaunch(t.db, OWNER, LEASE_MS);
 
 const proof = (pid: number): RuntimeProof => ({
   pid,

@@ -12,6 +12,11 @@ import { silentLogger } from '../../src/log';
 import type { QueueSet } from '../../src/coordinator/queues';
 import { findDispatchProcesses } from '../../src/launch/dispatch-processes';
 import { sql } from './db';
+import { completeTaskCreation } from '../../src/store/complete';
+import { claimLaunchDispatch, type DispatchClaim } from '../../src/store/launch-dispatch';
+import type { OperationAuthority } from '../../src/store/types';
+import { begin, driveAllSteps, stepRows } from './ledger';
+import { seedWorkspace } from './seed';
 
 export function launchNow(db: Db, dataDir: string, job: LaunchJob, workerId = 'test-launcher', mark?: OutboxMark) {
   return processLaunchJob(
@@ -64,3 +69,21 @@ export const backdateClaim = (db: Db, operationId: string) =>
     `UPDATE task_launch_dispatch_claims SET lease_expires_at = ${db.dialect === 'postgres' ? "now() - interval '1 minute'" : 'NOW(3) - INTERVAL 1 MINUTE'} WHERE creation_operation_id = ? AND state = 'running'`,
     [operationId],
   );
+
+/** A created task whose launch intent is armed, and the claim `claimLaunchDispatch` took for it under `owner`. */
+export async function claimedLaunch(
+  db: Db,
+  owner: string,
+  leaseMs: number,
+): Promise<{ claim: DispatchClaim; operationId: string }> {
+  const ws = await seedWorkspace(db);
+  const res = await begin(db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  await driveAllSteps(db, auth, res.operationId, ws.dataDir);
+  const done = await completeTaskCreation(db, auth);
+  if (done.outcome !== 'Created') throw new Error(`not created: ${JSON.stringify(done)}`);
+  const sessionId = (await stepRows(db, res.operationId)).find((r) => r.kind === 'launch_intent')!.step_key;
+  const claim = await claimLaunchDispatch(db, { operationId: res.operationId, sessionId }, owner, leaseMs);
+  if (!('dispatchId' in claim)) throw new Error(`not claimed: ${JSON.stringify(claim)}`);
+  return { claim, operationId: res.operationId };
+}

@@ -40,8 +40,11 @@ import {
   type EffectOwner,
   type ObservedRow,
 } from '../../store/effects/recording';
-import { readSession, runtimeExists } from '../../store/effects/row-documents';
-import { dbReader, takeLocks, txReader, type LockNeed, type Reader } from '../../store/effects/row-locks';
+import { readSession, runtimeExists, SESSION_COLUMNS } from '../../store/effects/row-documents';
+import { dbReader, rowRead, takeLocks, txReader, type LockNeed, type Reader } from '../../store/effects/row-locks';
+
+/** The launch's dispatch claim of (operation, task, session): locked, then read (ADR 0032). */
+const CLAIM_WHERE = 'creation_operation_id = ? AND task_id = ? AND session_id = ?';
 
 export const LAUNCH_INTENT_DOMAIN = 'kandev/task-launch-intent/v1';
 
@@ -75,10 +78,7 @@ interface World {
 async function readWorld(read: Reader, owner: EffectOwner, req: LaunchIntentRequest): Promise<World> {
   // Independent reads, issued together: in a transaction they travel in one round trip (Tx.batch).
   const [claims, session, runtime] = await Promise.all([
-    read(
-      'SELECT id FROM task_launch_dispatch_claims WHERE creation_operation_id = ? AND task_id = ? AND session_id = ?',
-      [owner.operation_id, req.task_id, req.session_id],
-    ),
+    read(rowRead('task_launch_dispatch_claims', 'id', CLAIM_WHERE), [owner.operation_id, req.task_id, req.session_id]),
     readSession(read, req.session_id),
     runtimeExists(read, req.session_id),
   ]);
@@ -106,9 +106,10 @@ function lockNeeds(owner: EffectOwner, req: LaunchIntentRequest): LockNeed[] {
       tier: TIER.DISPATCH_CLAIM,
       table: 'task_launch_dispatch_claims',
       key: `${owner.operation_id}:${req.task_id}:${req.session_id}`,
-      where: 'creation_operation_id = ? AND task_id = ? AND session_id = ?',
+      where: CLAIM_WHERE,
       params: [owner.operation_id, req.task_id, req.session_id],
       mode: 'share',
+      reads: 'id',
     },
     {
       tier: TIER.SESSION,
@@ -117,6 +118,7 @@ function lockNeeds(owner: EffectOwner, req: LaunchIntentRequest): LockNeed[] {
       where: 'id = ?',
       params: [req.session_id],
       mode: 'share',
+      reads: SESSION_COLUMNS,
     },
     {
       tier: TIER.RUNTIME,
@@ -125,6 +127,7 @@ function lockNeeds(owner: EffectOwner, req: LaunchIntentRequest): LockNeed[] {
       where: 'session_id = ?',
       params: [req.session_id],
       mode: 'share',
+      reads: 'id',
     },
   ];
 }

@@ -48,6 +48,9 @@ import {
   sameRow,
   type MarkerDoc,
   type SessionDoc,
+  SESSION_COLUMNS,
+  ENVIRONMENT_COLUMNS,
+  MARKER_COLUMNS,
 } from '../../store/effects/row-documents';
 import {
   dbReader,
@@ -149,6 +152,7 @@ function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
       where: 'id = ?',
       params: [req.session_id],
       mode: own,
+      reads: SESSION_COLUMNS,
     },
     {
       tier: TIER.RUNTIME,
@@ -157,6 +161,7 @@ function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
       where: 'session_id = ?',
       params: [req.session_id],
       mode: 'share',
+      reads: 'id',
     },
     {
       tier: TIER.ENVIRONMENT,
@@ -165,6 +170,7 @@ function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
       where: 'id = ?',
       params: [req.task_environment_id],
       mode: 'share',
+      reads: ENVIRONMENT_COLUMNS,
     },
     ...req.resource_keys.map((k): LockNeed => ({
       tier: TIER.MARKER,
@@ -173,6 +179,7 @@ function lockNeeds(req: Req, exclusive: boolean): LockNeed[] {
       where: 'resource_key = ?',
       params: [k],
       mode: own,
+      reads: MARKER_COLUMNS,
     })),
   ];
 }

@@ -11,6 +11,11 @@ import type { WorkspaceAttachmentRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
 import type { EffectOwner, ObservedRow } from '../../store/effects/recording';
 import {
+  BINDING_COLUMNS,
+  BLOCKER_COLUMNS,
+  ENV_REPO_COLUMNS,
+  ENVIRONMENT_COLUMNS,
+  GROUP_MEMBER_COLUMNS,
   readBlocker,
   readEnvironment,
   readEnvironmentBinding,
@@ -24,7 +29,7 @@ import {
   type EnvironmentRepoDoc,
   type GroupMemberDoc,
 } from '../../store/effects/row-documents';
-import type { LockNeed, Reader } from '../../store/effects/row-locks';
+import { rowRead, type LockNeed, type Reader } from '../../store/effects/row-locks';
 type Req = WorkspaceAttachmentRequest;
 
 export interface Expected {
@@ -70,7 +75,7 @@ export async function readWorld(read: Reader, req: Req, exp: Expected): Promise<
   const [g, env, envRepos, binding, members, blockers, live] = await Promise.all([
     req.group_id === null
       ? null
-      : read<{ workspace_id: string }>('SELECT workspace_id FROM workspace_groups WHERE id = ?', [req.group_id]),
+      : read<{ workspace_id: string }>(rowRead('workspace_groups', 'workspace_id', 'id = ?'), [req.group_id]),
     req.environment_id === null ? null : readEnvironment(read, req.environment_id),
     req.environment_id === null ? [] : readEnvironmentRepos(read, req.environment_id),
     readEnvironmentBinding(read, req.task_id),
@@ -210,6 +215,7 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
         where: 'task_id = ?',
         params: [req.task_id],
         mode: own,
+        reads: BINDING_COLUMNS,
       },
       {
         tier: TIER.ENVIRONMENT,
@@ -218,6 +224,7 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
         where: 'id = ?',
         params: [req.environment_id],
         mode: 'share',
+        reads: ENVIRONMENT_COLUMNS,
       },
     );
     for (const id of envRepoIds) {
@@ -228,6 +235,7 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
         where: 'id = ?',
         params: [id],
         mode: 'share',
+        reads: ENV_REPO_COLUMNS,
       });
     }
   }
@@ -239,6 +247,7 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
       where: 'id = ?',
       params: [req.group_id],
       mode: 'share',
+      reads: 'workspace_id',
     });
   }
   for (const b of exp.blockers) {
@@ -249,6 +258,7 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
       where: 'task_id = ? AND blocker_task_id = ?',
       params: [b.task_id, b.blocker_task_id],
       mode: own,
+      reads: BLOCKER_COLUMNS,
     });
   }
   for (const m of exp.members) {
@@ -259,6 +269,7 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
       where: 'group_id = ? AND task_id = ?',
       params: [m.group_id, m.task_id],
       mode: own,
+      reads: GROUP_MEMBER_COLUMNS,
     });
   }
   return needs;

@@ -15,7 +15,7 @@
  *   (`row-locks.ts`).
  */
 import { rowHash } from '../../canonical/hash';
-import type { Reader } from './row-locks';
+import { rowRead, type Reader } from './row-locks';
 
 type Raw = Record<string, unknown>;
 
@@ -43,7 +43,7 @@ export interface GroupMemberDoc {
   operation_id: string;
   step_id: string;
 }
-const GROUP_MEMBER_COLUMNS = 'group_id, task_id, workspace_id, role, operation_id, step_id';
+export const GROUP_MEMBER_COLUMNS = 'group_id, task_id, workspace_id, role, operation_id, step_id';
 export function groupMemberDoc(r: Raw): GroupMemberDoc {
   return {
     group_id: str(r.group_id),
@@ -71,7 +71,7 @@ export interface BlockerDoc {
   operation_id: string;
   step_id: string;
 }
-const BLOCKER_COLUMNS = 'task_id, blocker_task_id, workspace_id, operation_id, step_id';
+export const BLOCKER_COLUMNS = 'task_id, blocker_task_id, workspace_id, operation_id, step_id';
 export function blockerDoc(r: Raw): BlockerDoc {
   return {
     task_id: str(r.task_id),
@@ -107,11 +107,9 @@ export function environmentBindingDoc(r: Raw): EnvironmentBindingDoc {
     step_id: str(r.step_id),
   };
 }
+export const BINDING_COLUMNS = 'task_id, environment_id, workspace_id, operation_id, step_id';
 export async function readEnvironmentBinding(read: Reader, taskId: string): Promise<EnvironmentBindingDoc | null> {
-  const rows = await read(
-    'SELECT task_id, environment_id, workspace_id, operation_id, step_id FROM task_environment_bindings WHERE task_id = ?',
-    [taskId],
-  );
+  const rows = await read(rowRead('task_environment_bindings', BINDING_COLUMNS, 'task_id = ?'), [taskId]);
   return pick(rows, environmentBindingDoc);
 }
 
@@ -123,8 +121,9 @@ export interface EnvironmentDoc {
   task_id: string | null;
   kind: string;
 }
+export const ENVIRONMENT_COLUMNS = 'id, workspace_id, task_id, kind';
 export async function readEnvironment(read: Reader, id: string): Promise<EnvironmentDoc | null> {
-  const rows = await read('SELECT id, workspace_id, task_id, kind FROM task_environments WHERE id = ?', [id]);
+  const rows = await read(rowRead('task_environments', ENVIRONMENT_COLUMNS, 'id = ?'), [id]);
   return pick(rows, (r) => ({
     id: str(r.id),
     workspace_id: str(r.workspace_id),
@@ -146,7 +145,7 @@ export interface EnvironmentRepoDoc {
   operation_id: string | null;
   step_id: string | null;
 }
-const ENV_REPO_COLUMNS =
+export const ENV_REPO_COLUMNS =
   'id, environment_id, workspace_id, repository_id, worktree_path, branch, base_commit, operation_id, step_id';
 export function environmentRepoDoc(r: Raw): EnvironmentRepoDoc {
   return {
@@ -241,19 +240,16 @@ export function sessionDoc(r: Raw): SessionDoc {
     step_id: str(r.step_id),
   };
 }
+export const SESSION_COLUMNS =
+  'id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id, launch_config_sha256, state, operation_id, step_id';
 export async function readSession(read: Reader, id: string): Promise<SessionDoc | null> {
-  const rows = await read(
-    `SELECT id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
-            launch_config_sha256, state, operation_id, step_id
-       FROM task_sessions WHERE id = ?`,
-    [id],
-  );
+  const rows = await read(rowRead('task_sessions', SESSION_COLUMNS, 'id = ?'), [id]);
   return pick(rows, sessionDoc);
 }
 
 /** Whether an `executors_running` row exists for the session (any state). */
 export async function runtimeExists(read: Reader, sessionId: string): Promise<boolean> {
-  const rows = await read('SELECT id FROM executors_running WHERE session_id = ?', [sessionId]);
+  const rows = await read(rowRead('executors_running', 'id', 'session_id = ?'), [sessionId]);
   return rows.length > 0;
 }
 
@@ -309,11 +305,9 @@ export function markerDoc(r: Raw): MarkerDoc {
     marker_sha256: str(r.marker_sha256),
   };
 }
+export const MARKER_COLUMNS = 'resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256';
 export async function readMarker(read: Reader, resourceKey: string): Promise<MarkerDoc | null> {
-  const rows = await read(
-    'SELECT resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256 FROM task_resource_markers WHERE resource_key = ?',
-    [resourceKey],
-  );
+  const rows = await read(rowRead('task_resource_markers', MARKER_COLUMNS, 'resource_key = ?'), [resourceKey]);
   return pick(rows, markerDoc);
 }
 

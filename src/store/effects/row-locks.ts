@@ -10,6 +10,11 @@
  * its transaction restarts on that named unique violation (see
  * `EFFECT_ROW_UNIQUES`). Never begins a transaction.
  *
+ * A need that names the columns its caller reads next (`reads`) is taken by a
+ * locking read of those columns, whose answer answers the caller's plain read
+ * of the same row (`rowRead`, same parameters) with no statement of its own
+ * (ADR 0032): one statement instead of a lock and a read.
+ *
  * `Reader` abstracts "run one SELECT" over a transaction (`txReader`) or an
  * autocommit connection (`dbReader`), so the same row readers serve a Store
  * transaction, Complete's verification and a worker's read-only observation.
@@ -27,6 +32,16 @@ export interface LockNeed {
   where: string;
   params: SqlParam[];
   mode: 'update' | 'share';
+  /**
+   * The columns a plain read of exactly this row reads after the lock (`rowRead(table, reads, where)` with the same
+   * parameters): the lock reads them, and that read is answered from there (ADR 0032).
+   */
+  reads?: string;
+}
+
+/** The plain read of the row(s) a lock need names, as a need with `reads` answers it (ADR 0032). */
+export function rowRead(table: string, columns: string, where: string): string {
+  return `SELECT ${columns} FROM ${table} WHERE ${where}`;
 }
 
 export type Reader = <T = Record<string, unknown>>(sql: string, params?: SqlParam[]) => Promise<T[]>;
@@ -77,14 +92,18 @@ export function orderLocks(needs: readonly LockNeed[]): LockNeed[] {
 /** The locking SELECTs run in one round trip, in the order above (the server takes them in list order). */
 export async function takeLocks(tx: Tx, needs: readonly LockNeed[]): Promise<void> {
   const statements: Statement[] = [];
+  const answering: (Statement | undefined)[] = [];
   for (const n of orderLocks(needs)) {
     if (tx.lockRow(n.tier, n.table, n.key) === 'held') continue;
+    const mode = n.mode === 'update' ? 'FOR UPDATE' : tx.forShare;
+    const read = n.reads === undefined ? undefined : rowRead(n.table, n.reads, n.where);
     statements.push({
-      sql: `SELECT 1 AS locked FROM ${n.table} WHERE ${n.where} ${n.mode === 'update' ? 'FOR UPDATE' : tx.forShare}`,
+      sql: `${read ?? `SELECT 1 AS locked FROM ${n.table} WHERE ${n.where}`} ${mode}`,
       params: n.params,
     });
+    answering.push(read === undefined ? undefined : { sql: read, params: n.params });
   }
-  if (statements.length > 0) await tx.batch(statements);
+  if (statements.length > 0) await tx.batchAnswering(statements, answering);
 }
 
 /**
