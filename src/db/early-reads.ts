@@ -4,7 +4,8 @@
  * same statement is issued again.
  *
  * Contract: `keep(sql, key, answer)` keeps the answer of a plain read sent
- * now; `take(key)` returns a kept answer once and forgets it (undefined when
+ * now (`fromLock`: the answer of a locking read of the same row, which
+ * `answeredByLock(key)` reports, ADR 0032); `take(key)` returns a kept answer once and forgets it (undefined when
  * there is none, or it was dropped; a statement kept twice answers twice, in
  * order); `issued(sql)` is called for every
  * statement the transaction issues after that: any statement that is not a
@@ -41,6 +42,8 @@ export function isPlainRead(sql: string): boolean {
 interface Kept {
   answer: Promise<StatementResult>;
   tables: Set<string>;
+  /** The answer of a locking read of the same row (Tx.batchAnswering, ADR 0032). */
+  fromLock: boolean;
 }
 
 /** Drops every entry of `kept` that reads a table the statement `sql` may write (all of them when it names none). */
@@ -55,13 +58,18 @@ function dropWritten<V>(kept: Map<string, V>, sql: string, tablesOf: (v: V) => S
 export class EarlyReads {
   private readonly kept = new Map<string, Kept[]>();
 
-  keep(sql: string, key: string, answer: Promise<StatementResult>): void {
+  keep(sql: string, key: string, answer: Promise<StatementResult>, fromLock = false): void {
     if (!isPlainRead(sql)) throw new Error(`internal: only a plain read may be read early ("${sql.slice(0, 80)}")`);
     // Handled: a failed round trip fails the transaction, and nobody may ever ask for this answer.
     answer.catch(() => undefined);
     const queue = this.kept.get(key) ?? [];
-    queue.push({ answer, tables: namesIn(sql, READ_TABLES) });
+    queue.push({ answer, tables: namesIn(sql, READ_TABLES), fromLock });
     this.kept.set(key, queue);
+  }
+
+  /** An answer a lock read (`fromLock`, ADR 0032) is kept for this statement. */
+  answeredByLock(key: string): boolean {
+    return this.kept.get(key)?.some((k) => k.fromLock) === true;
   }
 
   take(key: string): Promise<StatementResult> | undefined {
@@ -101,7 +109,7 @@ export class KeptAnswers {
   keep(sql: string, key: string, answer: Promise<StatementResult>): void {
     if (!isPlainRead(sql)) return;
     answer.catch(() => undefined);
-    this.latest.set(key, { answer, tables: namesIn(sql, READ_TABLES) });
+    this.latest.set(key, { answer, tables: namesIn(sql, READ_TABLES), fromLock: false });
   }
 
   get(key: string): Promise<StatementResult> | undefined {

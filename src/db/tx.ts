@@ -278,6 +278,9 @@ export class Tx {
     statements: readonly Statement[],
     answering: readonly (Statement | undefined)[],
   ): Promise<StatementResult[]> {
+    for (const read of answering) {
+      if (read !== undefined && !isPlainRead(read.sql)) throw new Error(`internal: not a plain read ("${read.sql}")`);
+    }
     const all = this.batch(statements);
     answering.forEach((read, i) => {
       if (read === undefined) return;
@@ -285,6 +288,7 @@ export class Tx {
         read.sql,
         statementKey(read.sql, read.params),
         all.then((r) => r[i] as StatementResult),
+        true,
       );
     });
     return all;
@@ -327,11 +331,16 @@ export class Tx {
    */
   readEarly(statements: readonly Statement[]): void {
     if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
+    let sent = 0;
     for (const stmt of statements) {
+      const key = statementKey(stmt.sql, stmt.params);
+      // Already answered by a lock that read it (ADR 0032): sending it again would only keep a second copy.
+      if (this.early.answeredByLock(key)) continue;
       const answer = new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
-      this.early.keep(stmt.sql, statementKey(stmt.sql, stmt.params), answer);
+      this.early.keep(stmt.sql, key, answer);
+      sent++;
     }
-    if (statements.length > 0) this.scheduleFlush();
+    if (sent > 0) this.scheduleFlush();
   }
 
   private scheduleFlush(): void {

@@ -24,6 +24,7 @@ import type { Statement } from '../db/batch';
 import { settledValue } from './settled';
 import { effectRowLockNeeds, verifyAllEffectRowsLocked, type LockNeed } from './effects/verify';
 import { storedEvidenceOf } from './evidence-memo';
+import { ENVIRONMENT_COLUMNS } from './effects/row-documents';
 // Registers the remote-contribution verifier (its module owns the row document).
 import '../kinds/remote-contribution-associate/ledger';
 import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
@@ -87,6 +88,7 @@ function plannedEnvironmentLocks(plan: CreationPlan): LockNeed[] {
       where: 'id = ?',
       params: [r.key],
       mode: 'share',
+      reads: ENVIRONMENT_COLUMNS,
     }));
 }
 

@@ -86,24 +86,68 @@ describe('effect-row locks', () => {
     // The plain read sent nothing: the lock's round trip answered it.
     expect(calls).toBe(1);
     expect(row).toMatchObject({ id: ws.sharedEnvironmentId, kind: 'shared' });
-    expect(trips.texts.join('\n')).not.toMatch(/SELECT 1 AS locked/);
   });
 
-  it('a write of the transaction to the table between the lock and the read sends the read', async () => {
+  it('a write of the transaction to the table between the lock and the read sends the read, which sees it', async () => {
     const ws = await seedWorkspace(t.db);
-    const envRead = rowRead('task_environments', ENVIRONMENT_COLUMNS, 'id = ?');
-    const trips = countRoundTrips(t.db, ws.sharedEnvironmentId);
-    const rows = await runTransaction(t.db, 'test', async (tx) => {
-      await takeLocks(tx, [
-        { ...need(TIER.ENVIRONMENT, 'task_environments', ws.sharedEnvironmentId), reads: ENVIRONMENT_COLUMNS },
-      ]);
-      // Any write naming the table drops the kept answer (it may have changed the row).
-      await tx.exec('UPDATE task_environments SET kind = kind WHERE id = ?', [ws.sharedEnvironmentId]);
-      return tx.rows<{ kind: string }>(envRead, [ws.sharedEnvironmentId]);
+    const groupRead = rowRead('workspace_groups', 'id, name', 'id = ?');
+    const group = { ...need(TIER.GROUP, 'workspace_groups', ws.groupId), reads: 'id, name' };
+    const trips = countRoundTrips(t.db, ws.groupId);
+    const names = await runTransaction(t.db, 'test', async (tx) => {
+      await takeLocks(tx, [group]);
+      // Any write naming the table drops the kept answer: awaited...
+      await tx.exec('UPDATE workspace_groups SET name = ? WHERE id = ?', ['renamed once', ws.groupId]);
+      const first = await tx.rows<{ name: string }>(groupRead, [ws.groupId]);
+      tx.rollbackOnly();
+      return [first[0]?.name];
     });
-    expect(rows).toEqual([expect.objectContaining({ kind: 'shared' })]);
+    expect(names).toEqual(['renamed once']);
     // The lock, the write, and the read of its own.
     expect(trips.calls).toBe(3);
+
+    const checked = await runTransaction(t.db, 'test', async (tx) => {
+      await takeLocks(tx, [group]);
+      // ...or sent without waiting (a compare-and-set checked before COMMIT).
+      tx.expect(
+        { sql: 'UPDATE workspace_groups SET name = ? WHERE id = ?', params: ['renamed twice', ws.groupId] },
+        1,
+        () => new Error('not renamed'),
+      );
+      const read = await tx.rows<{ name: string }>(groupRead, [ws.groupId]);
+      tx.rollbackOnly();
+      return read[0]?.name;
+    });
+    expect(checked).toBe('renamed twice');
+  });
+
+  it('two needs of one row keep the stronger mode and what either reads next', () => {
+    const id = randomUUID();
+    const [merged] = orderLocks([
+      { ...need(TIER.SESSION, 'task_sessions', id), reads: 'id, state' },
+      need(TIER.SESSION, 'task_sessions', id, 'update'),
+    ]);
+    expect(merged).toMatchObject({ mode: 'update', reads: 'id, state' });
+    const [other] = orderLocks([
+      need(TIER.SESSION, 'task_sessions', id),
+      { ...need(TIER.SESSION, 'task_sessions', id), reads: 'id' },
+    ]);
+    expect(other).toMatchObject({ mode: 'share', reads: 'id' });
+  });
+
+  it('a read sent early that a lock already reads is not sent again', async () => {
+    const ws = await seedWorkspace(t.db);
+    const groupRead = rowRead('workspace_groups', 'id, name', 'id = ?');
+    const trips = countRoundTrips(t.db, ws.groupId);
+    const name = await runTransaction(t.db, 'test', async (tx) => {
+      const locked = takeLocks(tx, [{ ...need(TIER.GROUP, 'workspace_groups', ws.groupId), reads: 'id, name' }]);
+      tx.readEarly([{ sql: groupRead, params: [ws.groupId] }]);
+      await locked;
+      return (await tx.rows<{ name: string }>(groupRead, [ws.groupId]))[0]?.name;
+    });
+    expect(name).toBeTypeOf('string');
+    expect(trips.calls).toBe(1);
+    // One statement names the group (PostgreSQL may send it prepared: its value, not its SQL): the lock.
+    expect(trips.texts.join('\n').split(ws.groupId)).toHaveLength(2);
   });
 
   it('a need without it locks with a bare SELECT and leaves the read to the server', async () => {

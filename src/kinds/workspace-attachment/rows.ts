@@ -13,7 +13,6 @@ import type { EffectOwner, ObservedRow } from '../../store/effects/recording';
 import {
   BINDING_COLUMNS,
   BLOCKER_COLUMNS,
-  ENV_REPO_COLUMNS,
   ENVIRONMENT_COLUMNS,
   GROUP_MEMBER_COLUMNS,
   readBlocker,
@@ -235,7 +234,6 @@ export function lockNeeds(req: Req, envRepoIds: string[], exp: Expected, exclusi
         where: 'id = ?',
         params: [id],
         mode: 'share',
-        reads: ENV_REPO_COLUMNS,
       });
     }
   }

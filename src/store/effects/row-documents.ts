@@ -55,10 +55,10 @@ export function groupMemberDoc(r: Raw): GroupMemberDoc {
   };
 }
 export async function readGroupMember(read: Reader, groupId: string, taskId: string): Promise<GroupMemberDoc | null> {
-  const rows = await read(
-    `SELECT ${GROUP_MEMBER_COLUMNS} FROM workspace_group_members WHERE group_id = ? AND task_id = ?`,
-    [groupId, taskId],
-  );
+  const rows = await read(rowRead('workspace_group_members', GROUP_MEMBER_COLUMNS, 'group_id = ? AND task_id = ?'), [
+    groupId,
+    taskId,
+  ]);
   return pick(rows, groupMemberDoc);
 }
 
@@ -82,7 +82,7 @@ export function blockerDoc(r: Raw): BlockerDoc {
   };
 }
 export async function readBlocker(read: Reader, taskId: string, blockerId: string): Promise<BlockerDoc | null> {
-  const rows = await read(`SELECT ${BLOCKER_COLUMNS} FROM task_blockers WHERE task_id = ? AND blocker_task_id = ?`, [
+  const rows = await read(rowRead('task_blockers', BLOCKER_COLUMNS, 'task_id = ? AND blocker_task_id = ?'), [
     taskId,
     blockerId,
   ]);
@@ -161,14 +161,12 @@ export function environmentRepoDoc(r: Raw): EnvironmentRepoDoc {
   };
 }
 export async function readEnvironmentRepo(read: Reader, id: string): Promise<EnvironmentRepoDoc | null> {
-  const rows = await read(`SELECT ${ENV_REPO_COLUMNS} FROM task_environment_repos WHERE id = ?`, [id]);
+  const rows = await read(rowRead('task_environment_repos', ENV_REPO_COLUMNS, 'id = ?'), [id]);
   return pick(rows, environmentRepoDoc);
 }
 /** Every repository row of one environment, ascending by id. */
 export async function readEnvironmentRepos(read: Reader, environmentId: string): Promise<EnvironmentRepoDoc[]> {
-  const rows = await read(`SELECT ${ENV_REPO_COLUMNS} FROM task_environment_repos WHERE environment_id = ?`, [
-    environmentId,
-  ]);
+  const rows = await read(rowRead('task_environment_repos', ENV_REPO_COLUMNS, 'environment_id = ?'), [environmentId]);
   return rows.map(environmentRepoDoc).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 

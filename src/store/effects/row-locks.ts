@@ -79,7 +79,15 @@ export function orderLocks(needs: readonly LockNeed[]): LockNeed[] {
     const id = `${n.tier}|${planKey(n)}`;
     const prev = seen.get(id);
     // One row wanted both ways: the exclusive lock covers the shared one.
-    if (!prev || (prev.mode === 'share' && n.mode === 'update')) seen.set(id, n);
+    const kept = !prev || (prev.mode === 'share' && n.mode === 'update') ? n : prev;
+    // What the other need reads next is read by the kept one's lock when that reads nothing (same row, same SQL).
+    const other = kept === n ? prev : n;
+    const sameRow =
+      other !== undefined && other.where === kept.where && JSON.stringify(other.params) === JSON.stringify(kept.params);
+    seen.set(
+      id,
+      kept.reads === undefined && sameRow && other.reads !== undefined ? { ...kept, reads: other.reads } : kept,
+    );
   }
   return [...seen.values()].sort((a, b) => {
     if (a.tier !== b.tier) return a.tier - b.tier;
