@@ -7,7 +7,8 @@
  * now (`fromLock`: the answer of a locking read of the same row, which
  * `answeredByLock(key)` reports, ADR 0032); `take(key)` returns a kept answer once and forgets it (undefined when
  * there is none, or it was dropped; a statement kept twice answers twice, in
- * order); `issued(sql)` is called for every
+ * order) — a locking read's answer it returns every time until it is
+ * dropped, as the row is this transaction's; `issued(sql)` is called for every
  * statement the transaction issues after that: any statement that is not a
  * SELECT may write, and drops the kept reads of every table it names as
  * written (`INSERT INTO`, `UPDATE`, `DELETE FROM`), or all of them when it
@@ -74,6 +75,8 @@ export class EarlyReads {
 
   take(key: string): Promise<StatementResult> | undefined {
     const queue = this.kept.get(key);
+    // A locking read's answer answers every read of its row until a write drops it (the row is this transaction's).
+    if (queue?.[0]?.fromLock === true) return queue[0].answer;
     const k = queue?.shift();
     if (queue?.length === 0) this.kept.delete(key);
     return k?.answer;

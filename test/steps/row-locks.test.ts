@@ -3,8 +3,9 @@
  * (tier, then table:key), duplicates collapse to the stronger mode, held keys
  * run no SQL, and a need below a tier already held is refused by the
  * LockPlan inside a real transaction; a need that names the columns read
- * next is taken by a locking read whose answer answers that read with no
- * statement of its own, unless a write of the transaction came in between
+ * next is taken by a locking read whose answer answers that read (and any
+ * repeat of it) with no statement of its own, unless a write of the
+ * transaction came in between
  * (ADR 0032). Runs on PostgreSQL and MySQL/MariaDB.
  */
 import { randomUUID } from 'node:crypto';
@@ -72,7 +73,7 @@ describe('effect-row locks', () => {
     await expect(run).rejects.toMatchObject({ code: 'lock_order_violation' });
   });
 
-  it('a need that names what is read next answers that read from its own locking read, in its round trip', async () => {
+  it('a need that names what is read next answers those reads from its own locking read, in its round trip', async () => {
     const ws = await seedWorkspace(t.db);
     const envRead = rowRead('task_environments', ENVIRONMENT_COLUMNS, 'id = ?');
     const trips = countRoundTrips(t.db, ws.sharedEnvironmentId);
@@ -81,6 +82,9 @@ describe('effect-row locks', () => {
         { ...need(TIER.ENVIRONMENT, 'task_environments', ws.sharedEnvironmentId), reads: ENVIRONMENT_COLUMNS },
       ]);
       const rows = await tx.rows<{ id: string; kind: string }>(envRead, [ws.sharedEnvironmentId]);
+      // Read again (a second verifier of the same row): answered from the lock too, as no write came in between.
+      const again = await tx.rows<{ id: string; kind: string }>(envRead, [ws.sharedEnvironmentId]);
+      expect(again).toEqual(rows);
       return [rows[0], trips.calls] as const;
     });
     // The plain read sent nothing: the lock's round trip answered it.
