@@ -44,7 +44,7 @@ interface Kept {
   answer: Promise<StatementResult>;
   tables: Set<string>;
   /** The answer of a locking read of the same row (Tx.batchAnswering, ADR 0032). */
-  fromLock: boolean;
+  fromLock?: boolean;
 }
 
 /** Drops every entry of `kept` that reads a table the statement `sql` may write (all of them when it names none). */
@@ -112,7 +112,7 @@ export class KeptAnswers {
   keep(sql: string, key: string, answer: Promise<StatementResult>): void {
     if (!isPlainRead(sql)) return;
     answer.catch(() => undefined);
-    this.latest.set(key, { answer, tables: namesIn(sql, READ_TABLES), fromLock: false });
+    this.latest.set(key, { answer, tables: namesIn(sql, READ_TABLES) });
   }
 
   get(key: string): Promise<StatementResult> | undefined {

@@ -269,9 +269,9 @@ export class Tx {
   }
 
   /**
-   * `batch`, where the answer of statement i also answers the plain read `answering[i]` when this transaction issues
-   * it later (same SQL and parameters): kept as an early read is (`readEarly`), dropped by a write to a table it
-   * reads, taken once. For a locking read of a row whose plain read follows (src/store/effects/row-locks.ts, ADR
+   * `batch`, where the answer of statement i also answers the plain read `answering[i]` — each time this
+   * transaction issues it later (same SQL and parameters) — until a write to a table it reads drops it, as an early
+   * read is (`readEarly`). For a locking read of a row whose plain read follows (src/store/effects/row-locks.ts, ADR
    * 0032): the row is locked from that statement on, so a read after it could only answer the same.
    */
   batchAnswering(
