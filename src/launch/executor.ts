@@ -169,8 +169,17 @@ export class LocalProcessExecutor implements Executor {
   }
 
   async start(req: StartRequest): Promise<StartedRuntime> {
-    mkdirSync(this.runtimeDir, { recursive: true });
     const marker = this.markerPath(req.sessionId);
+    const [cmd, ...args] = req.command;
+    const base = {
+      idempotency_key: req.idempotencyKey,
+      session_id: req.sessionId,
+      generation: req.generation,
+    };
+    const starting: StartMarker = { ...base, state: 'starting', pid: null };
+    // A fresh session (every first start) has no marker: it is created first, and read only when one was there —
+    // the same decisions as reading first, without a read that fails on every first start.
+    if (cmd && this.createMarker(marker, starting)) return await this.spawnAgent(req, cmd, args, base);
     const existing = readMarker(marker);
     if (existing) {
       const doc = existing.doc;
@@ -187,20 +196,29 @@ export class LocalProcessExecutor implements Executor {
           started: false,
         };
       }
-      // `refused`: the OS never started it; starting again is safe once the marker is ours.
-      if (!retireMarker(marker, doc.generation)) throw new ExecutorError('another start raced this one', 'ambiguous');
+    } else if (cmd) {
+      // It was there when this start tried to create its own, and gone when read: another start moved it.
+      throw new ExecutorError('another start raced this one', 'ambiguous');
     }
-    const [cmd, ...args] = req.command;
     if (!cmd) throw new ExecutorError('agent profile has an empty command', 'no_dispatch');
-    const base = {
-      idempotency_key: req.idempotencyKey,
-      session_id: req.sessionId,
-      generation: req.generation,
-    };
-    if (!createMarkerExclusive(marker, { ...base, state: 'starting', pid: null })) {
+    // `refused`: the OS never started it; starting again is safe once the marker is ours.
+    if (!retireMarker(marker, existing!.doc.generation))
+      throw new ExecutorError('another start raced this one', 'ambiguous');
+    if (!this.createMarker(marker, starting)) {
       throw new ExecutorError('another start created the marker first', 'ambiguous');
     }
     return await this.spawnAgent(req, cmd, args, base);
+  }
+
+  /** `createMarkerExclusive`, creating the runtime directory the first time a marker finds it missing. */
+  private createMarker(path: string, doc: StartMarker): boolean {
+    try {
+      return createMarkerExclusive(path, doc);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException | null)?.code !== 'ENOENT') throw err;
+      mkdirSync(this.runtimeDir, { recursive: true });
+      return createMarkerExclusive(path, doc);
+    }
   }
 
   private async spawnAgent(
