@@ -26,7 +26,6 @@ import type { OperationEventRow } from '../store/outbox-mark';
 import type { DispatchClaim } from '../store/launch-dispatch';
 import type { LaunchClaimant } from '../store/launch-claim-in-complete';
 import type { StepRow } from '../store/types';
-import type { Predictions } from '../db/predicted-reads';
 
 export interface CompleteWorkerDeps {
   db: Db;
@@ -53,12 +52,7 @@ export async function processCompleteJob(
    * `phaseADone`: this worker's own ledger batch committed phase A (store/complete-in-batch.ts); B is left. `steps`:
    * the step rows that batch verified, from which phase B guesses its verification (ADR 0021).
    */
-  options: {
-    phaseADone?: boolean;
-    steps?: readonly StepRow[];
-    /** What phase B will read, as that batch committed it (ADR 0033). */
-    predictions?: () => Promise<Predictions | undefined>;
-  } = {},
+  options: { phaseADone?: boolean; steps?: readonly StepRow[] } = {},
 ): Promise<'completed' | 'skipped'> {
   const log = deps.log.child({ operation_id: job.operationId });
   const auth = { kind: 'operation', operationId: job.operationId, actor: deps.workerId } as const;
@@ -107,7 +101,6 @@ export async function processCompleteJob(
   async function phaseBAfterBatch(auth: { kind: 'operation'; operationId: string; actor: string }) {
     // The same point between the phases as completeTaskCreation's (a crash here leaves `completing` to the reaper).
     await failpoint('between_complete_phase_a_and_b', { operationId: job.operationId });
-    const predicted = await options.predictions?.();
-    return completeTaskCreationPhaseB(deps.db, auth, deps.claimant, options.steps, predicted);
+    return completeTaskCreationPhaseB(deps.db, auth, deps.claimant, options.steps);
   }
 }

@@ -23,7 +23,6 @@ import { recoverUntilSettled } from '../runtime/recover';
 import { claimAndApplyLedgerStep, claimAndApplyLedgerSteps, type LedgerKinds } from '../store/ledger-step';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim, StepRow } from '../store/types';
-import type { Predictions } from '../db/predicted-reads';
 import { hintOperation } from '../store/operation-guard';
 import { stepJobId, type StepJob } from '../../queues/names';
 import { processCompleteJob, type CompleteWorkerDeps } from './complete-worker';
@@ -85,8 +84,6 @@ export async function processStepJob(
   let phaseADone = false;
   // The step rows that phase A verified and committed: phase B guesses its verification from them (ADR 0021).
   let verifiedSteps: readonly StepRow[] | undefined;
-  // What phase B will read, as the batch committed it (ADR 0033).
-  let predictions: (() => Promise<Predictions | undefined>) | undefined;
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
@@ -112,7 +109,6 @@ export async function processStepJob(
       const done = batch.results;
       phaseADone = batch.phaseA === 'completing';
       verifiedSteps = 'steps' in batch ? batch.steps : undefined;
-      predictions = 'predictions' in batch ? batch.predictions : undefined;
       if (batch.phaseA !== null && batch.phaseA !== 'not_asked') {
         deps.metrics?.phaseAInBatch.inc({ result: batch.phaseA });
         if (!phaseADone) log.debug({ phase_a: batch.phaseA }, 'phase A left to Complete');
@@ -140,9 +136,8 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
-  if (deps.inline && completeDue) {
-    await completeInline(deps.inline, job.operationId, log, phaseADone, verifiedSteps, predictions);
-  } else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
+  if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone, verifiedSteps);
+  else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
   if (failed) await recoverFailed(deps, job.operationId, log);
   return state;
@@ -222,14 +217,11 @@ async function completeInline(
   log: Logger,
   phaseADone = false,
   steps?: readonly StepRow[],
-  predictions?: () => Promise<Predictions | undefined>,
 ): Promise<void> {
-  await processCompleteJob(inline.complete, { operationId }, { phaseADone, steps, predictions }).catch(
-    (err: unknown) => {
-      // The operation is untouched or completing: the complete job the sweep sends finishes it.
-      log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
-    },
-  );
+  await processCompleteJob(inline.complete, { operationId }, { phaseADone, steps }).catch((err: unknown) => {
+    // The operation is untouched or completing: the complete job the sweep sends finishes it.
+    log.warn({ err }, 'inline Complete failed; the sweep will wake a Complete worker');
+  });
 }
 
 /** Recovery right after a permanent failure. Its errors are logged, not thrown: the step is recorded, and the sweep retries. */

@@ -40,7 +40,6 @@ import { checkedFailure, checkedSql, checkedStatementsMysql } from './checked-co
 import { EarlyReads, isPlainRead, KeptAnswers } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
-import { plainForm, readKey, RecordedAnswers, valueFence, type Predictions } from './predicted-reads';
 
 export interface Db {
   readonly ds: DataSource;
@@ -114,15 +113,6 @@ export class Tx {
   /** The latest answer of every plain read, once `keepAnswers` was called; asked only inside `answerFromKept`. */
   private answers: KeptAnswers | null = null;
   private answering = false;
-  /** The latest answer of every SELECT, once `recordAnswers` was called (ADR 0033). */
-  private recorder: RecordedAnswers | null = null;
-  /** Reads answered by prediction (`predict`) until the first write; dropped then. */
-  private predictions: Predictions | null = null;
-  /** `predict` was called: statements nothing awaits wait for COMMIT, or for the next read that is sent. */
-  private predicting = false;
-  /** Plain keys of the predicted reads whose lock and fence are already issued. */
-  private readonly fenced = new Set<string>();
-  private predictionMiss: () => Error = () => new RestartCommand('a predicted read was not answered as predicted');
 
   constructor(
     private readonly qr: QueryRunner,
@@ -145,7 +135,6 @@ export class Tx {
    */
   commitWith(statements: readonly Statement[]): Promise<StatementResult[]> {
     if (this.finals !== null) throw new Error('internal: commitWith called twice');
-    for (const s of statements) this.recorder?.issued(s.sql);
     this.finals = [...statements];
     const results = new Promise<StatementResult[]>((resolve, reject) => {
       this.finalsAnswer = { resolve, reject };
@@ -198,14 +187,6 @@ export class Tx {
     if (this.closed || this.finals !== null) throw new Error('internal: statement on a finished transaction');
     this.early.issued(statement.sql);
     this.answers?.issued(statement.sql);
-    this.recorder?.issued(statement.sql);
-    this.wrote(statement.sql);
-    this.pushChecked(statement, affected, mismatch);
-    // Predicting (ADR 0033): nothing awaits it, so it waits for COMMIT or for the next read that is sent.
-    if (!this.predicting) this.scheduleFlush();
-  }
-
-  private pushChecked(statement: Statement, affected: number, mismatch: () => Error): void {
     let item!: Pending;
     const result = new Promise<StatementResult>((resolve, reject) => {
       item = { stmt: statement, resolve, reject };
@@ -213,60 +194,7 @@ export class Tx {
     // A SELECT (a fence, ADR 0028) counts the rows it answered (src/db/batch.ts).
     item.check = this.expectations.track(result, affected, mismatch);
     this.pending.push(item);
-  }
-
-  /**
-   * From now on (ADR 0033), a read whose plain form (`plainForm`) has a prediction is answered with it at once,
-   * with no round trip: a locking one is still sent (its lock is taken where it was issued, its answer
-   * unused), and a fence (`valueFence`) that answers one row only when the read answers the predicted rows is
-   * sent with it (`expect`); one that does not fails the transaction before COMMIT with `mismatch()` (by default a
-   * `RestartCommand`: the runner starts the command over, predicting nothing if its caller no longer asks). The
-   * first write the transaction issues ends the predictions (a read after it could see it). Statements nothing
-   * awaits wait for COMMIT or for the next read that is sent, so a body whose every read was predicted commits in
-   * one round trip. Only for predictions of rows the transaction locks before reading them (or reads that may be
-   * outdated by COMMIT anyway): the fence runs where the read would have, under the same locks.
-   */
-  predict(predictions: Predictions, mismatch?: () => Error): void {
-    this.predictions = predictions;
-    this.predicting = true;
-    if (mismatch) this.predictionMiss = mismatch;
-  }
-
-  /**
-   * From now on keeps the latest answer of every SELECT this transaction sends, dropped by its writes
-   * (`RecordedAnswers`): once it committed, `recordedAnswers()` says what the rows it held locked were at COMMIT.
-   */
-  recordAnswers(): void {
-    this.recorder ??= new RecordedAnswers();
-  }
-
-  /** The answers `recordAnswers` kept that no write of this transaction dropped (null when none were recorded). */
-  recordedAnswers(): RecordedAnswers | null {
-    return this.recorder;
-  }
-
-  /** A statement that may write ends the predictions: a read after it could see the write. */
-  private wrote(sql: string): void {
-    if (this.predictions !== null && plainForm(sql) === null) this.predictions = null;
-  }
-
-  /** A predicted read's answer, with its lock and fence issued the first time; undefined when it is not predicted. */
-  private answerPredicted(stmt: Statement): Promise<StatementResult> | undefined {
-    if (this.predictions === null) return undefined;
-    const plain = plainForm(stmt.sql);
-    if (plain === null) return undefined;
-    const key = readKey(plain, stmt.params);
-    const rows = this.predictions.get(key);
-    if (rows === undefined) return undefined;
-    if (!this.fenced.has(key)) {
-      const fence = valueFence(this.dialect, { sql: plain, params: stmt.params }, rows);
-      if (fence === null) return undefined;
-      this.fenced.add(key);
-      // The lock is taken here, in issue order; its answer is the fence's to check.
-      if (plain !== stmt.sql) this.pending.push({ stmt, resolve: () => undefined, reject: () => undefined });
-      this.pushChecked(fence, 1, this.predictionMiss);
-    }
-    return Promise.resolve({ rows: rows.map((r) => ({ ...r })), affected: rows.length });
+    this.scheduleFlush();
   }
 
   /**
@@ -296,21 +224,9 @@ export class Tx {
     if (this.pending.length === 0) return [];
     const onlyChecks = this.pending.every((p) => p.check !== undefined);
     // A verification (`checkLater`) may wait on a plain statement's answer: settled before COMMIT, it would wait
-    // for ever on one sent with it. A predicting body (`predict`) may end without final writes: its locks and
-    // fences still go with COMMIT, which they must precede.
-    const withCommit =
-      (this.finals !== null || this.predicting) && this.prefetched.length === 0 && this.laterChecks === 0;
-    if (!onlyChecks && !withCommit) return this.sendHeld();
+    // for ever on one sent with it.
+    if (!onlyChecks && (this.finals === null || this.prefetched.length > 0 || this.laterChecks > 0)) return [];
     return this.pending.splice(0);
-  }
-
-  /**
-   * Sends now what `predict` held for COMMIT, when it cannot go with it (the body asked for a rollback, or left
-   * statements COMMIT cannot carry): what waits on those statements is then answered. Returns nothing to send.
-   */
-  sendHeld(): Pending[] {
-    if (this.predicting && !this.closed) this.flush();
-    return [];
   }
 
   /** Runs an INSERT/UPDATE/DELETE and returns the affected row count. */
@@ -330,41 +246,26 @@ export class Tx {
     if (this.closed) return Promise.reject(new Error('internal: statement on a finished transaction'));
     if (this.finals !== null) return Promise.reject(new Error('internal: statement after commitWith'));
     const waiting = this.pending.length;
-    let held = 0;
     const results = statements.map((stmt) => {
-      const before = this.pending.length;
-      const predicted = this.answerPredicted(stmt);
-      if (predicted !== undefined) {
-        held += this.pending.length - before;
-        return predicted;
+      this.early.issued(stmt.sql);
+      const answers = this.answers;
+      answers?.issued(stmt.sql);
+      // Only plain reads are ever kept (early or as answers): anything else needs no key (building it costs).
+      if ((this.early.empty && answers === null) || !isPlainRead(stmt.sql)) return this.queue(stmt);
+      const key = statementKey(stmt.sql, stmt.params);
+      const kept = this.early.empty ? undefined : this.early.take(key);
+      if (kept !== undefined) {
+        answers?.keep(stmt.sql, key, kept);
+        return kept;
       }
-      this.wrote(stmt.sql);
-      const answer = this.issueOne(stmt);
-      this.recorder?.record(stmt.sql, stmt.params, answer);
+      const known = this.answering ? answers?.get(key) : undefined;
+      if (known !== undefined) return known;
+      const answer = this.queue(stmt);
+      answers?.keep(stmt.sql, key, answer);
       return answer;
     });
-    if (this.pending.length - waiting > held) this.scheduleFlush();
+    if (this.pending.length > waiting) this.scheduleFlush();
     return Promise.all(results);
-  }
-
-  /** One statement of `batch`: answered from an early read or a kept answer, or queued for the next flush. */
-  private issueOne(stmt: Statement): Promise<StatementResult> {
-    this.early.issued(stmt.sql);
-    const answers = this.answers;
-    answers?.issued(stmt.sql);
-    // Only plain reads are ever kept (early or as answers): anything else needs no key (building it costs).
-    if ((this.early.empty && answers === null) || !isPlainRead(stmt.sql)) return this.queue(stmt);
-    const key = statementKey(stmt.sql, stmt.params);
-    const kept = this.early.empty ? undefined : this.early.take(key);
-    if (kept !== undefined) {
-      answers?.keep(stmt.sql, key, kept);
-      return kept;
-    }
-    const known = this.answering ? answers?.get(key) : undefined;
-    if (known !== undefined) return known;
-    const answer = this.queue(stmt);
-    answers?.keep(stmt.sql, key, answer);
-    return answer;
   }
 
   /**
@@ -437,7 +338,6 @@ export class Tx {
       if (this.early.answeredByLock(key)) continue;
       const answer = new Promise<StatementResult>((resolve, reject) => this.pending.push({ stmt, resolve, reject }));
       this.early.keep(stmt.sql, key, answer);
-      this.recorder?.record(stmt.sql, stmt.params, answer);
       sent++;
     }
     if (sent > 0) this.scheduleFlush();
@@ -545,8 +445,6 @@ export class Tx {
   ): Promise<StatementResult[]> {
     const results = await this.batch([...now, ...ahead, ...guessed]);
     [...ahead, ...guessed].forEach((s, k) => {
-      // A predicted statement is answered by its prediction each time it is issued (`predict`), never sent again.
-      if (this.fenced.has(readKey(plainForm(s.sql) ?? '', s.params))) return;
       this.prefetched.push({
         key: statementKey(s.sql, s.params),
         result: results[now.length + k] as StatementResult,
@@ -828,7 +726,7 @@ export async function runTransaction<T>(
       const result = await fn(tx);
       // Compare-and-sets (and fences, and with final writes every statement) still unsent travel with COMMIT,
       // a check made to fail on a wrong count (src/db/checked-commit.ts).
-      const unsent = !tx.isRollbackOnly ? tx.takeUnsent() : tx.sendHeld();
+      const unsent = !tx.isRollbackOnly ? tx.takeUnsent() : [];
       await tx.expectations.settle(new Set(unsent.flatMap((u) => (u.check ? [u.check] : []))));
       await tx.close();
       const finals = [...unsent.flatMap((u, i) => unsentStatements(db.dialect, u, i)), ...tx.finalWrites];

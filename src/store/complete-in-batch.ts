@@ -31,15 +31,14 @@
  * be issued after this in the transaction.
  */
 import type { SqlParam, Statement } from '../db/batch';
-import { plainKey, type Predictions, type RecordedAnswers } from '../db/predicted-reads';
 import { RestartCommand } from '../db/dialect';
 import { TIER } from '../db/lock-plan';
 import type { Tx } from '../db/tx';
 import { isTaskLedgerError } from '../domain/errors';
 import { phaseAWrites } from './complete';
 import { completeLockNeeds, verifyCompletionLocked } from './complete-verify';
-import { OP_ROW_READ, TASK_ROW_READ, type GuardedOperation, type TaskLockRow } from './operation-guard';
-import { lockStepsLocked, STEP_COLUMNS, stepsLockStatement } from './step-rows';
+import type { GuardedOperation, TaskLockRow } from './operation-guard';
+import { lockStepsLocked, STEP_COLUMNS } from './step-rows';
 import type { StepRow } from './types';
 
 const STEP_FIELDS = STEP_COLUMNS.split(', ');
@@ -54,12 +53,7 @@ export async function completePhaseAInBatchLocked(
   written?: readonly StepRow[],
   /** Prove `written` stored with fences the server checks at COMMIT instead of re-reading them (ADR 0030). */
   options: { fence?: boolean } = {},
-): Promise<{
-  phaseA: PhaseAInBatch;
-  steps?: readonly StepRow[];
-  /** With `completing`: what phase B will read, as this transaction leaves it (ADR 0033). */
-  predictions?: () => Promise<Predictions | undefined>;
-}> {
+): Promise<{ phaseA: PhaseAInBatch; steps?: readonly StepRow[] }> {
   const { op, plan, workspaceState } = guarded;
   if (op.state !== 'preparing' || workspaceState !== 'active') return { phaseA: 'not_completable' };
   const { task, identityState } = chain;
@@ -77,12 +71,8 @@ export async function completePhaseAInBatchLocked(
     for (const f of fences) tx.expect(f.statement, f.rows, stepsNotAsWritten);
     const verdict = await tx.answerFromKept(() => verifyStepsLocked(tx, [...written!], plan));
     if (verdict !== 'verified') return { phaseA: verdict };
-    // What this batch read, as it stands before phase A's two writes (which change only the operation's and the
-    // task's state: `phaseBPredictions` writes them into the prediction).
-    const recorded = tx.recordedAnswers()?.snapshot();
     void tx.commitWith(phaseAWrites(tx, op.id, task.id));
-    const predictions = recorded ? () => phaseBPredictions(tx, recorded, op.id, task.id, written!) : undefined;
-    return { phaseA: 'completing', steps: written, predictions };
+    return { phaseA: 'completing', steps: written };
   }
   // The step rows as this transaction recorded them (the locks are held: this is a read), and the verification
   // over the rows as written, issued together: one round trip when the two agree.
@@ -114,36 +104,6 @@ async function verifyStepsLocked(
 }
 
 const byId = (a: { id: string }, b: { id: string }) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
-
-/**
- * What phase B will read, as this batch committed it (ADR 0033): every answer the batch recorded that no write of
- * it dropped — the workspace, the identity, the effect rows and the rows Begin inserted, each read under its lock
- * after the batch's last write to it — and the three rows phase A wrote, as it wrote them: the operation and the
- * task `completing`, the step rows as recorded. Only predictions: phase B proves each on the server before it
- * commits. Undefined when the operation's or the task's row was not read here as phase A found it.
- */
-async function phaseBPredictions(
-  tx: Tx,
-  recorded: RecordedAnswers,
-  operationId: string,
-  taskId: string,
-  written: readonly StepRow[],
-): Promise<Predictions | undefined> {
-  const answers = await recorded.settled();
-  const opRow = answers.get(plainKey(OP_ROW_READ, [operationId])!)?.[0];
-  const taskRow = answers.get(plainKey(TASK_ROW_READ, [taskId])!)?.[0];
-  if (opRow?.state !== 'preparing' || taskRow?.creation_state !== 'preparing') return undefined;
-  answers.set(plainKey(OP_ROW_READ, [operationId])!, [{ ...opRow, state: 'completing' }]);
-  answers.set(plainKey(TASK_ROW_READ, [taskId])!, [{ ...taskRow, creation_state: 'completing' }]);
-  const steps = stepsLockStatement(operationId, tx.dialect);
-  answers.set(
-    plainKey(steps.sql, steps.params)!,
-    [...written]
-      .sort(byId)
-      .map((w) => Object.fromEntries(STEP_FIELDS.map((f) => [f, (w as unknown as Record<string, unknown>)[f]]))),
-  );
-  return answers;
-}
 
 /** A stored step row is not the row the batch wrote: the batch starts over, re-reading them (the checked path). */
 const stepsNotAsWritten = () => new RestartCommand('ledger batch: a step row is not stored as the batch wrote it');

@@ -33,8 +33,6 @@ import type { CreationPlan } from '../canonical/types';
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
 import type { Statement } from '../db/batch';
-import { RestartCommand } from '../db/dialect';
-import type { Predictions } from '../db/predicted-reads';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import { completionStatements, verifyCompletionLocked } from './complete-verify';
 import {
@@ -289,21 +287,12 @@ export async function completeTaskCreationPhaseB(
   claimant?: LaunchClaimant,
   /** The step rows as this process committed them with phase A (store/complete-in-batch.ts), for ADR 0021's guess. */
   known?: readonly StepRow[],
-  /**
-   * What this phase will read, as the batch that committed phase A left it (ADR 0033): every read answered from
-   * here is proved on the server before COMMIT, and the whole phase commits in one round trip.
-   */
-  predictions?: Predictions,
 ): Promise<CompleteResult> {
   let guess = known;
-  let predicted = predictions;
   return runTransaction(db, 'CompleteTaskCreation.B', async (tx) => {
-    // Only the first attempt guesses or predicts: after a restart (a miss among its causes) the rows are read.
-    const p = predicted;
-    const steps = p ? undefined : guess;
+    // Only the first attempt guesses: after a restart (a missed guess among its causes) the rows are read first.
+    const steps = guess;
     guess = undefined;
-    predicted = undefined;
-    if (p) tx.predict(p, predictionMissed);
     const v = await lockAndVerifyLocked(tx, auth, 'B', claimant, steps);
     if ('outcome' in v) return v;
     let launchClaim: ClaimInComplete | null = null;
@@ -315,10 +304,6 @@ export async function completeTaskCreationPhaseB(
     return completeTaskCreationLocked(tx, v, undefined, true, launchClaim);
   });
 }
-
-/** A row phase B read is not as the batch that committed phase A left it: the phase starts over, reading. */
-const predictionMissed = () =>
-  new RestartCommand('phase B: a row is not as the batch that committed phase A left it (ADR 0033)');
 
 export interface CompleteOptions {
   /** The worker that starts the agent right after: phase B may take the launch's claim for it (ADR 0019). */

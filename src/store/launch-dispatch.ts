@@ -125,19 +125,13 @@ export interface Placement {
 }
 
 /** The task's workflow step and whether it has a WIP limit, read as the claim's first statement (no lock). */
-/** The read of the task's workflow step and its WIP limit (`readPlacement`). */
-export function placementStatement(operationId: string): Statement {
-  return {
-    sql: `SELECT t.workflow_step_id, s.wip_limit FROM task_creation_operations o
+export async function readPlacement(tx: Tx, operationId: string): Promise<Placement> {
+  const row = await tx.one<{ workflow_step_id: string | null; wip_limit: number | string | null }>(
+    `SELECT t.workflow_step_id, s.wip_limit FROM task_creation_operations o
        JOIN tasks t ON t.id = o.task_id LEFT JOIN workflow_steps s ON s.id = t.workflow_step_id
       WHERE o.id = ?`,
-    params: [operationId],
-  };
-}
-
-export async function readPlacement(tx: Tx, operationId: string): Promise<Placement> {
-  const { sql, params } = placementStatement(operationId);
-  const row = await tx.one<{ workflow_step_id: string | null; wip_limit: number | string | null }>(sql, [...params]);
+    [operationId],
+  );
   const stepId = row?.workflow_step_id ?? null;
   const wipLimit = Number(row?.wip_limit ?? 0);
   return { stepId, limited: stepId !== null && wipLimit > 0, wipLimit };

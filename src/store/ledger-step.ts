@@ -42,8 +42,6 @@ import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
 import { verifyStepRequest, type StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
 import type { LedgerApply, LedgerLocks, LedgerReads } from './ledger-apply';
-import type { Predictions } from '../db/predicted-reads';
-import { placementStatement } from './launch-dispatch';
 
 export type { LedgerApply, LedgerLocks, LedgerReads };
 
@@ -62,8 +60,6 @@ export interface LedgerBatchResult {
   phaseA: PhaseAInBatch | 'not_asked' | null;
   /** With `completing`: the step rows phase A verified, as committed (phase B guesses from them, ADR 0021). */
   steps?: readonly StepRow[];
-  /** With `completing`, once committed: what phase B will read, as this batch left it (ADR 0033). */
-  predictions?: () => Promise<Predictions | undefined>;
 }
 
 export async function claimAndApplyLedgerStep(
@@ -135,8 +131,6 @@ export async function claimAndApplyLedgerSteps(
     async (tx) => {
       const fence = fenceAttempt;
       fenceAttempt = false;
-      // What phase B will read is recorded as this batch reads it, from its guard on (ADR 0033).
-      if (fence) tx.recordAnswers();
       // Phase A needs the external-ID key (5.1), which must come before the task row: taken up front when asked.
       const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, {
         externalIdKey: phaseA,
@@ -179,10 +173,7 @@ export async function claimAndApplyLedgerSteps(
       // each sibling's apply then finds them answered and writes without a round trip of its own (ADR 0026).
       for (const s of siblings) tx.readEarly(kinds[s.kind]!.reads?.(s) ?? []);
       // And the rows Begin inserted, which phase A verifies and nothing in the batch writes before it.
-      // And the task's placement, which phase B's launch claim reads (ADR 0033: recorded, predicted, proved).
-      if (fence && launch) {
-        tx.readEarly([...plannedRowsReads(tx, first.ctx.guarded.plan), placementStatement(first.ctx.guarded.op.id)]);
-      }
+      if (fence && launch) tx.readEarly(plannedRowsReads(tx, first.ctx.guarded.plan));
 
       const current = new Map(steps.map((s) => [s.id, s]));
       const results: LedgerStepResult[] = [];

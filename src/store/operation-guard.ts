@@ -90,9 +90,6 @@ export interface GuardOptions {
 export const OP_COLUMNS =
   'id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json, actor_binding_hash, completion_token_sha256, start_policy, generation, release_operation_id, release_generation, release_applied, result_outcome, result_revision, result_event_id, abort_cause';
 
-/** The operation row as an operation authority's guard reads it (its lock is this read `FOR UPDATE`). */
-export const OP_ROW_READ = `SELECT ${OP_COLUMNS} FROM task_creation_operations WHERE id = ?`;
-
 /** Driver values to their types (MySQL booleans, bigint strings). */
 export function normalizeOp(row: OperationRow): OperationRow {
   return {
@@ -266,9 +263,7 @@ export interface ChainAhead {
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
-/** The task row as its guard reads it (its lock is this read `FOR UPDATE`). */
-export const TASK_ROW_READ = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ?`;
-const TASK_LOCK = `${TASK_ROW_READ} FOR UPDATE`;
+const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ? FOR UPDATE`;
 const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
 
 /**
