@@ -1,0 +1,100 @@
+/**
+ * A row the ledger batch locks is not read again by a statement of its own
+ * (ADR 0032): every effect-row lock that names the columns its kind reads
+ * next (`LockNeed.reads`) answers that read, so no plain read of the same
+ * row (same table, same WHERE, same parameters) reaches the server before
+ * the transaction writes that table. A kind whose `reads` drifted from what
+ * its reader selects would send the read again, and fail here. Watches the
+ * statements each transaction sends (`Tx.send`) through a whole batch that
+ * attaches the task to its group, prepares its session, arms its launch and
+ * runs Complete's phase A. Both dialects.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { Statement } from '../../src/db/batch';
+import { Tx } from '../../src/db/tx';
+import type { StepKind } from '../../src/domain/vocab';
+import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
+import { useTestDb } from '../support/db';
+import { stepRows } from '../support/ledger';
+import { createGroupTask, LEDGER_KINDS } from './support';
+
+const t = useTestDb();
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+const LOCK_CLAUSE = /\s+(?:FOR\s+(?:UPDATE|SHARE)|LOCK\s+IN\s+SHARE\s+MODE)\s*$/i;
+const WRITE = /^\s*(?:WITH\s+checked\s+AS\s+\(\s*)?(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)/i;
+/** `FROM <table> ... WHERE ...` of a single-table SELECT (the row it reads), or null for anything else. */
+const ROW_READ = /^\s*SELECT\s+[\s\S]+?\s+FROM\s+(\w+)\b([\s\S]*)$/i;
+
+/** Every statement each transaction sent, in order, by transaction. */
+function watchSends(): Map<Tx, Statement[]> {
+  const sent = new Map<Tx, Statement[]>();
+  const proto = Tx.prototype as unknown as { send(this: Tx, s: readonly Statement[]): Promise<unknown> };
+  const original = proto.send;
+  vi.spyOn(proto, 'send').mockImplementation(function (this: Tx, statements: readonly Statement[]) {
+    sent.set(this, [...(sent.get(this) ?? []), ...statements]);
+    return original.call(this, statements);
+  });
+  return sent;
+}
+
+/** Plain reads of a row the same transaction locked before, with no write to its table in between. */
+function readsAgain(statements: readonly Statement[]): string[] {
+  const locked = new Map<string, string>();
+  const found: string[] = [];
+  for (const { sql, params } of statements) {
+    const write = WRITE.exec(sql);
+    if (write) {
+      const table = (write[1] as string).toLowerCase();
+      for (const [key, t2] of locked) if (t2 === table) locked.delete(key);
+      continue;
+    }
+    const row = ROW_READ.exec(sql);
+    if (!row || /\bJOIN\b/i.test(sql)) continue;
+    const table = (row[1] as string).toLowerCase();
+    const rest = (row[2] as string).replace(LOCK_CLAUSE, '').replace(/\s+FORCE\s+INDEX\s*\([^)]*\)/i, '');
+    const key = `${table}|${rest.trim()}|${JSON.stringify(params)}`;
+    if (LOCK_CLAUSE.test(sql)) locked.set(key, table);
+    else if (locked.has(key)) found.push(sql.slice(0, 120));
+  }
+  return found;
+}
+
+describe('locked rows are read once', () => {
+  it('a ledger batch with phase A reads no effect row it locked again before writing its table', async () => {
+    const { c } = await createGroupTask(t.db);
+    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
+    const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
+    const sent = watchSends();
+    const batch = await claimAndApplyLedgerSteps(
+      t.db,
+      auth,
+      { kind: 'session_prepare' as StepKind, stepKey: row.step_key },
+      'w1',
+      30_000,
+      LEDGER_KINDS,
+      { phaseA: true },
+    );
+    expect(batch.phaseA).toBe('completing');
+    const all = [...sent.values()];
+    expect(all.length).toBeGreaterThan(0);
+    // The watch sees the locks that read (the session row's, among others).
+    expect(all.flat().some((s) => /FROM task_sessions WHERE/.test(s.sql) && LOCK_CLAUSE.test(s.sql))).toBe(true);
+    // The only rows read again: the task and identity rows the guard locked (with the columns a guard needs),
+    // read by phase A's check of the rows Begin inserted (with Begin's columns).
+    expect(all.flatMap(readsAgain).map((sql) => /FROM (\w+)/.exec(sql)?.[1])).toEqual(['tasks', 'task_identities']);
+  });
+
+  it('the watch finds a read of a locked row sent again', () => {
+    const lock = { sql: 'SELECT id, state FROM task_sessions WHERE id = ? FOR SHARE', params: ['s1'] };
+    const again = { sql: 'SELECT id, state, task_id FROM task_sessions WHERE id = ?', params: ['s1'] };
+    expect(readsAgain([lock, again])).toHaveLength(1);
+    expect(readsAgain([lock, { sql: 'UPDATE task_sessions SET state = ? WHERE id = ?', params: [] }, again])).toEqual(
+      [],
+    );
+    expect(readsAgain([lock, { ...again, params: ['s2'] }])).toEqual([]);
+  });
+});
