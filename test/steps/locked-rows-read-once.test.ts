@@ -12,11 +12,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Statement } from '../../src/db/batch';
 import { Tx } from '../../src/db/tx';
-import type { StepKind } from '../../src/domain/vocab';
-import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
 import { useTestDb } from '../support/db';
-import { stepRows } from '../support/ledger';
-import { createGroupTask, LEDGER_KINDS } from './support';
+import { groupTaskBatchWithPhaseA } from './support';
 
 const t = useTestDb();
 
@@ -65,19 +62,8 @@ function readsAgain(statements: readonly Statement[]): string[] {
 
 describe('locked rows are read once', () => {
   it('a ledger batch with phase A reads no effect row it locked again before writing its table', async () => {
-    const { c } = await createGroupTask(t.db);
-    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
-    const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
     const sent = watchSends();
-    const batch = await claimAndApplyLedgerSteps(
-      t.db,
-      auth,
-      { kind: 'session_prepare' as StepKind, stepKey: row.step_key },
-      'w1',
-      30_000,
-      LEDGER_KINDS,
-      { phaseA: true },
-    );
+    const { batch } = await groupTaskBatchWithPhaseA(t.db);
     expect(batch.phaseA).toBe('completing');
     const all = [...sent.values()];
     expect(all.length).toBeGreaterThan(0);

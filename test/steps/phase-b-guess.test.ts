@@ -9,14 +9,11 @@
  * reads. Both dialects.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { StepKind } from '../../src/domain/vocab';
 import { completeTaskCreationPhaseB } from '../../src/store/complete';
-import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
 import type { StepRow } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
-import { stepRows } from '../support/ledger';
 import { countRoundTrips } from '../support/round-trips';
-import { createGroupTask, LEDGER_KINDS } from './support';
+import { groupTaskBatchWithPhaseA } from './support';
 
 const t = useTestDb();
 
@@ -26,18 +23,7 @@ afterEach(() => {
 
 /** A group task whose ledger batch committed phase A; the step rows it verified. */
 async function afterPhaseA() {
-  const { c } = await createGroupTask(t.db);
-  const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
-  const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
-  const batch = await claimAndApplyLedgerSteps(
-    t.db,
-    auth,
-    { kind: 'session_prepare' as StepKind, stepKey: row.step_key },
-    'w1',
-    30_000,
-    LEDGER_KINDS,
-    { phaseA: true },
-  );
+  const { c, auth, batch } = await groupTaskBatchWithPhaseA(t.db);
   expect(batch.phaseA).toBe('completing');
   expect(batch.steps?.map((s) => s.kind).sort()).toEqual(['launch_intent', 'session_prepare', 'workspace_attachment']);
   /** Phase B as the worker runs it, with or without the rows; its outcome and round trips. */

@@ -23,7 +23,7 @@ import { sessionPrepareHandler } from '../../src/kinds/session-prepare/step';
 import type { EffectDeps, StepHandler } from '../../src/kinds/contract';
 import { ledgerKindsOf } from '../../src/coordinator/step-worker';
 import { defaultStepHandlers } from '../../src/kinds/registry';
-import type { LedgerKinds } from '../../src/store/ledger-step';
+import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
 import { workspaceAttachmentHandler } from '../../src/kinds/workspace-attachment/step';
 import { stagedAttachmentPath } from '../../src/storage/paths';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
@@ -210,4 +210,17 @@ export async function createGroupTask(db: Db, extra: (ws: SeededWorkspace) => Re
     ...extra(ws),
   });
   return { ws, c };
+}
+
+/**
+ * A group task's whole ledger batch as the inline worker runs it (session prepare's wake-up, the other ledger
+ * steps with it, Complete's phase A before COMMIT): the task, the worker's authority and the batch's result.
+ */
+export async function groupTaskBatchWithPhaseA(db: Db) {
+  const { c } = await createGroupTask(db);
+  const row = (await stepRows(db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
+  const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
+  const ref = { kind: 'session_prepare' as StepKind, stepKey: row.step_key };
+  const batch = await claimAndApplyLedgerSteps(db, auth, ref, 'w1', 30_000, LEDGER_KINDS, { phaseA: true });
+  return { c, auth, batch };
 }
