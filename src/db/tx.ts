@@ -278,10 +278,17 @@ export class Tx {
     statements: readonly Statement[],
     answering: readonly (Statement | undefined)[],
   ): Promise<StatementResult[]> {
+    return this.answered(this.batch(statements), answering);
+  }
+
+  /** Keeps answer i of `all` for the plain read `answering[i]`, as a locking read's (`batchAnswering`). */
+  private answered(
+    all: Promise<StatementResult[]>,
+    answering: readonly (Statement | undefined)[],
+  ): Promise<StatementResult[]> {
     for (const read of answering) {
       if (read !== undefined && !isPlainRead(read.sql)) throw new Error(`internal: not a plain read ("${read.sql}")`);
     }
-    const all = this.batch(statements);
     answering.forEach((read, i) => {
       if (read === undefined) return;
       this.early.keep(
@@ -442,8 +449,10 @@ export class Tx {
      * the guesses locked might then sort after what is asked.
      */
     guessed: readonly Statement[] = [],
+    /** As `batchAnswering`'s, for the statements of `now`: the plain read each locking one answers later. */
+    answering: readonly (Statement | undefined)[] = [],
   ): Promise<StatementResult[]> {
-    const results = await this.batch([...now, ...ahead, ...guessed]);
+    const results = await this.answered(this.batch([...now, ...ahead, ...guessed]), answering);
     [...ahead, ...guessed].forEach((s, k) => {
       this.prefetched.push({
         key: statementKey(s.sql, s.params),

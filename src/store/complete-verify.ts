@@ -29,6 +29,13 @@ import { ENVIRONMENT_COLUMNS } from './effects/row-documents';
 import '../kinds/remote-contribution-associate/ledger';
 import { COMPENSATION_PENDING, verifyStepRequest, verifyStepSet } from './step-rows';
 import type { StepRow } from './types';
+import {
+  IDENTITY_ROW_READ,
+  PLANNED_IDENTITY_COLUMNS,
+  PLANNED_TASK_COLUMNS,
+  pickColumns,
+  TASK_ROW_READ,
+} from './task-row-reads';
 
 function fail(why: string, detail: Record<string, unknown> = {}): never {
   throw new ConflictError('creation_state_conflict', `Complete predicate does not hold: ${why}`, detail);
@@ -116,11 +123,9 @@ export function plannedRowsStatements(
   heldEnvironments: boolean,
 ): [Statement, Statement, Statement, Statement] {
   return [
-    {
-      sql: 'SELECT id, workspace_id, workflow_id, workflow_step_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?',
-      params: [plan.task_id],
-    },
-    { sql: 'SELECT task_id, workspace_id FROM task_identities WHERE task_id = ?', params: [plan.task_id] },
+    // Answered by the guard's locks of the same rows, which read these columns (ADR 0034).
+    { sql: TASK_ROW_READ, params: [plan.task_id] },
+    { sql: IDENTITY_ROW_READ, params: [plan.task_id] },
     {
       sql: 'SELECT task_id, repository_id, workspace_id, position, base_branch, fresh_branch FROM task_repositories WHERE task_id = ?',
       params: [plan.task_id],
@@ -151,9 +156,13 @@ export async function verifyPlannedRowsLocked(tx: Tx, plan: CreationPlan): Promi
     tx.rows<Record<string, unknown>>(envsRead.sql, [...envsRead.params]),
   ]);
   if (!task) fail('the task row is gone');
-  actual.push({ table: 'tasks', key: plan.task_id, row_sha256: rowHash({ ...task }) });
+  actual.push({ table: 'tasks', key: plan.task_id, row_sha256: rowHash(pickColumns(task, PLANNED_TASK_COLUMNS)) });
   if (!ident) fail('the retained identity is gone');
-  actual.push({ table: 'task_identities', key: plan.task_id, row_sha256: rowHash({ ...ident }) });
+  actual.push({
+    table: 'task_identities',
+    key: plan.task_id,
+    row_sha256: rowHash(pickColumns(ident, PLANNED_IDENTITY_COLUMNS)),
+  });
   for (const r of repos) {
     const doc = { ...r, position: Number(r.position), fresh_branch: bool(r.fresh_branch) };
     actual.push({
@@ -199,10 +208,12 @@ export async function verifyCompletionLocked(tx: Tx, steps: StepRow[], plan: Cre
  * (`statementsIssued`): phase B guesses them from the step rows its process committed (ADR 0021). None when the
  * predicate already fails on them.
  */
-export function completionStatements(
+export async function completionStatements(
   dialect: Dialect,
   steps: readonly StepRow[],
   plan: CreationPlan,
 ): Promise<Statement[]> {
-  return statementsIssued(dialect, (tx) => verifyCompletionLocked(tx, [...steps], plan));
+  const issued = await statementsIssued(dialect, (tx) => verifyCompletionLocked(tx, [...steps], plan));
+  // The task and identity reads are answered by the guard's locks, which the guess follows (ADR 0034): never sent.
+  return issued.filter((s) => s.sql !== TASK_ROW_READ && s.sql !== IDENTITY_ROW_READ);
 }

@@ -23,6 +23,7 @@ import { lockAuthorityLocked } from './actor';
 import { deepFreeze, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
 import { stepsLockStatement } from './step-rows';
+import { IDENTITY_ROW_READ, TASK_ROW_READ } from './task-row-reads';
 import type { Dialect } from '../db/config';
 import type { Statement } from '../db/batch';
 import type { OperationAuthority } from './types';
@@ -263,8 +264,9 @@ export interface ChainAhead {
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
-const TASK_LOCK = `SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id FROM tasks WHERE id = ? FOR UPDATE`;
-const IDENTITY_LOCK = 'SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE';
+// The chain's locks read what the check of Begin's rows reads next, and answer it (ADR 0034, store/task-row-reads.ts).
+const TASK_LOCK = `${TASK_ROW_READ} FOR UPDATE`;
+const IDENTITY_LOCK = `${IDENTITY_ROW_READ} FOR UPDATE`;
 
 /**
  * Whether the caller locks its own task row only. A function of the plan is asked about the plan this process last
@@ -504,9 +506,16 @@ export async function lockTaskChainLocked(
   const blockerLock = `SELECT id, lifecycle_state FROM tasks WHERE id = ? ${tx.forShare}`;
   const headLock = 'SELECT id, lifecycle_state FROM tasks WHERE id = ? FOR UPDATE';
   const sqlOf = (id: string) => (id === op.task_id ? TASK_LOCK : heads.has(id) ? headLock : blockerLock);
+  // The own task's and identity's locks answer the plain reads of the same rows that follow (ADR 0034).
+  const answering = [
+    ...ids.map((id) => (id === op.task_id ? { sql: TASK_ROW_READ, params: [id] } : undefined)),
+    { sql: IDENTITY_ROW_READ, params: [op.task_id] },
+  ];
   const results = await tx.batchAhead(
     [...ids.map((id) => ({ sql: sqlOf(id), params: [id] })), { sql: IDENTITY_LOCK, params: [op.task_id] }],
     options.steps ? [stepsLockStatement(op.id, tx.dialect)] : [],
+    [],
+    answering,
   );
   const at = ids.indexOf(op.task_id);
   const row = results[at]?.rows[0] as

@@ -4,7 +4,9 @@
  * next (`LockNeed.reads`) answers that read, so no plain read of the same
  * row (same table, same WHERE, same parameters) reaches the server before
  * the transaction writes that table. A kind whose `reads` drifted from what
- * its reader selects would send the read again, and fail here. Watches the
+ * its reader selects would send the read again, and fail here; so would the
+ * guard's task and identity locks, which answer the check of the rows Begin
+ * inserted (ADR 0034). Watches the
  * statements each transaction sends (`Tx.send`) through a whole batch that
  * attaches the task to its group, prepares its session, arms its launch and
  * runs Complete's phase A. Both dialects.
@@ -12,6 +14,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Statement } from '../../src/db/batch';
 import { Tx } from '../../src/db/tx';
+import { IDENTITY_ROW_READ, TASK_ROW_READ } from '../../src/store/task-row-reads';
 import { useTestDb } from '../support/db';
 import { groupTaskBatchWithPhaseA } from './support';
 
@@ -69,9 +72,11 @@ describe('locked rows are read once', () => {
     expect(all.length).toBeGreaterThan(0);
     // The watch sees the locks that read (the session row's, among others).
     expect(all.flat().some((s) => /FROM task_sessions WHERE/.test(s.sql) && LOCK_CLAUSE.test(s.sql))).toBe(true);
-    // The only rows read again: the task and identity rows the guard locked (with the columns a guard needs),
-    // read by phase A's check of the rows Begin inserted (with Begin's columns).
-    expect(all.flatMap(readsAgain).map((sql) => /FROM (\w+)/.exec(sql)?.[1])).toEqual(['tasks', 'task_identities']);
+    // None, the task and identity rows included: the guard's locks of them read the columns phase A's check of the
+    // rows Begin inserted reads next (ADR 0034).
+    expect(all.flatMap(readsAgain)).toEqual([]);
+    // And that check is not sent at all: the guard's lock answered it.
+    expect(all.flat().filter((s) => s.sql === TASK_ROW_READ || s.sql === IDENTITY_ROW_READ)).toEqual([]);
   });
 
   it('the watch finds a read of a locked row sent again', () => {

@@ -80,6 +80,17 @@ describe("phase B's verification guessed from the rows phase A committed", () =>
     expect(await createdEvents(s.c.taskId)).toBe(1);
   });
 
+  // The task row's check is answered by the guard's lock of it (ADR 0034), which goes ahead with the guess.
+  it.each(['title', 'description'])(
+    "the task row's %s changed between the phases is caught under the guess: nothing completes",
+    async (column) => {
+      const s = await afterPhaseA();
+      await sql(t.db, `UPDATE tasks SET ${column} = ? WHERE id = ?`, ['changed between the phases', s.c.taskId]);
+      await expect(s.phaseB(s.steps)).rejects.toMatchObject({ code: 'evidence_mismatch' });
+      expect(await createdEvents(s.c.taskId)).toBe(0);
+    },
+  );
+
   it('a row changed between the phases is caught under the guess: nothing completes', async () => {
     const s = await afterPhaseA();
     await sql(t.db, 'DELETE FROM workspace_group_members WHERE task_id = ?', [s.c.taskId]);

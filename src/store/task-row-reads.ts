@@ -1,0 +1,39 @@
+/**
+ * The plain reads of a creation's task row and retained identity that the operation guard's locks answer (ADR 0034).
+ *
+ * Contract: `TASK_ROW_READ` reads every column the guard's task lock needs and every column the check of the rows
+ * Begin inserted (`verifyPlannedRowsLocked`) hashes; `IDENTITY_ROW_READ` likewise for the identity. The guard locks
+ * each row by the very same statement with `FOR UPDATE` (`lockTaskChainLocked`), and that answer answers the plain
+ * read when the same transaction issues it later, until it writes the table (`Tx.batchAhead`'s `answering`, as ADR
+ * 0032's effect-row locks do): the row is locked from then on, so a read could only answer the same. The check
+ * hashes only Begin's columns (`PLANNED_TASK_COLUMNS`, `PLANNED_IDENTITY_COLUMNS`). Pure constants; no I/O.
+ */
+
+/** The columns of the task row that Begin's manifest hashes (`database_rows`). */
+export const PLANNED_TASK_COLUMNS = [
+  'id',
+  'workspace_id',
+  'workflow_id',
+  'workflow_step_id',
+  'parent_id',
+  'title',
+  'description',
+  'start_policy',
+] as const;
+
+/** The columns of the retained identity that Begin's manifest hashes. */
+export const PLANNED_IDENTITY_COLUMNS = ['task_id', 'workspace_id'] as const;
+
+/** What a guard needs of its task row (state, lifecycle, external ID, WIP), then Begin's other columns. */
+export const TASK_ROW_READ =
+  'SELECT id, workspace_id, creation_state, lifecycle_state, lifecycle_generation, external_id, revision, awaits_blockers, workflow_step_id, wip_admitted, queued_for_step_id, workflow_id, parent_id, title, description, start_policy FROM tasks WHERE id = ?';
+
+/** The identity's state (the guard's), then Begin's columns. */
+export const IDENTITY_ROW_READ = 'SELECT state, task_id, workspace_id FROM task_identities WHERE task_id = ?';
+
+/** Only `columns` of `row`: what the manifest hashed of a row read with more. */
+export function pickColumns(row: Record<string, unknown>, columns: readonly string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const c of columns) out[c] = row[c];
+  return out;
+}
