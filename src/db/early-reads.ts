@@ -32,25 +32,55 @@ const WRITE_TABLES = /\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+
 /** A plain read: a SELECT without a locking clause. */
 const PLAIN_READ = /^\s*SELECT\b(?![\s\S]*\b(?:FOR\s+(?:UPDATE|SHARE)|LOCK\s+IN\s+SHARE\s+MODE)\b)/i;
 
-function namesIn(sql: string, pattern: RegExp): Set<string> {
+function namesIn(sql: string, pattern: RegExp): ReadonlySet<string> {
   return new Set([...sql.matchAll(pattern)].map((m) => (m[1] as string).toLowerCase()));
 }
 
+/** What the parse below learns of one statement text: the same for every statement with that text. */
+interface SqlShape {
+  plainRead: boolean;
+  select: boolean;
+  reads: ReadonlySet<string>;
+  writes: ReadonlySet<string>;
+}
+
+/**
+ * Shapes by statement text. The ledger's texts are a few hundred constants (values travel as parameters), parsed
+ * once per process instead of per statement; a text built with values in it is parsed each time beyond the bound.
+ */
+const shapes = new Map<string, SqlShape>();
+const MAX_SHAPES = 4096;
+
+function shapeOf(sql: string): SqlShape {
+  const known = shapes.get(sql);
+  if (known !== undefined) return known;
+  const shape: SqlShape = {
+    plainRead: PLAIN_READ.test(sql) && !/pg_advisory/i.test(sql),
+    select: /^\s*SELECT\b/i.test(sql),
+    reads: namesIn(sql, READ_TABLES),
+    writes: namesIn(sql, WRITE_TABLES),
+  };
+  if (shapes.size < MAX_SHAPES) shapes.set(sql, shape);
+  return shape;
+}
+
 export function isPlainRead(sql: string): boolean {
-  return PLAIN_READ.test(sql) && !/pg_advisory/i.test(sql);
+  return shapeOf(sql).plainRead;
 }
 
 interface Kept {
   answer: Promise<StatementResult>;
-  tables: Set<string>;
+  tables: ReadonlySet<string>;
   /** The answer of a locking read of the same row (Tx.batchAnswering, ADR 0032). */
   fromLock?: boolean;
 }
 
 /** Drops every entry of `kept` that reads a table the statement `sql` may write (all of them when it names none). */
-function dropWritten<V>(kept: Map<string, V>, sql: string, tablesOf: (v: V) => Set<string>[]): void {
-  if (kept.size === 0 || /^\s*SELECT\b/i.test(sql)) return;
-  const written = namesIn(sql, WRITE_TABLES);
+function dropWritten<V>(kept: Map<string, V>, sql: string, tablesOf: (v: V) => ReadonlySet<string>[]): void {
+  if (kept.size === 0) return;
+  const shape = shapeOf(sql);
+  if (shape.select) return;
+  const written = shape.writes;
   for (const [key, v] of kept) {
     if (written.size === 0 || tablesOf(v).some((tables) => [...tables].some((t) => written.has(t)))) kept.delete(key);
   }
@@ -64,7 +94,7 @@ export class EarlyReads {
     // Handled: a failed round trip fails the transaction, and nobody may ever ask for this answer.
     answer.catch(() => undefined);
     const queue = this.kept.get(key) ?? [];
-    queue.push({ answer, tables: namesIn(sql, READ_TABLES), fromLock });
+    queue.push({ answer, tables: shapeOf(sql).reads, fromLock });
     this.kept.set(key, queue);
   }
 
@@ -112,7 +142,7 @@ export class KeptAnswers {
   keep(sql: string, key: string, answer: Promise<StatementResult>): void {
     if (!isPlainRead(sql)) return;
     answer.catch(() => undefined);
-    this.latest.set(key, { answer, tables: namesIn(sql, READ_TABLES) });
+    this.latest.set(key, { answer, tables: shapeOf(sql).reads });
   }
 
   get(key: string): Promise<StatementResult> | undefined {

@@ -75,7 +75,11 @@ const LOCKING_SQL = /\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|pg_ad
 const FLUSH_TURNS = 32;
 
 function statementKey(sql: string, params: readonly SqlParam[]): string {
-  return `${sql}\u0000${JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`;
+  // Without a replacer JSON.stringify takes its fast path; only a bigint needs one.
+  const json = params.some((v) => typeof v === 'bigint')
+    ? JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))
+    : JSON.stringify(params);
+  return `${sql}\u0000${json}`;
 }
 
 /** A statement waiting for the next flush; `check` marks a write sent without waiting (`Tx.expect`). */
