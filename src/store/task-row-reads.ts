@@ -6,10 +6,12 @@
  * each row by the very same statement with `FOR UPDATE` (`lockTaskChainLocked`), and that answer answers the plain
  * read when the same transaction issues it later, until it writes the table (`Tx.batchAhead`'s `answering`, as ADR
  * 0032's effect-row locks do): the row is locked from then on, so a read could only answer the same. The check
- * hashes only Begin's columns (`PLANNED_TASK_COLUMNS`, `PLANNED_IDENTITY_COLUMNS`). Pure constants; no I/O.
+ * hashes only Begin's columns (`PLANNED_TASK_COLUMNS`, `PLANNED_IDENTITY_COLUMNS`), the keys of the plan's row
+ * documents (src/plan/plan-types.ts), which Begin inserts. Pure constants; no I/O.
  */
+import type { IdentityRowDoc, TaskRowDoc } from '../plan/plan-types';
 
-/** The columns of the task row that Begin's manifest hashes (`database_rows`). */
+/** The columns of the task row that Begin's manifest hashes (`database_rows`): every key of the plan's `TaskRowDoc`. */
 export const PLANNED_TASK_COLUMNS = [
   'id',
   'workspace_id',
@@ -19,10 +21,22 @@ export const PLANNED_TASK_COLUMNS = [
   'title',
   'description',
   'start_policy',
-] as const;
+] as const satisfies readonly (keyof TaskRowDoc)[];
 
-/** The columns of the retained identity that Begin's manifest hashes. */
-export const PLANNED_IDENTITY_COLUMNS = ['task_id', 'workspace_id'] as const;
+/** The columns of the retained identity that Begin's manifest hashes: every key of the plan's `IdentityRowDoc`. */
+export const PLANNED_IDENTITY_COLUMNS = [
+  'task_id',
+  'workspace_id',
+] as const satisfies readonly (keyof IdentityRowDoc)[];
+
+/** Compiles only while the lists above name every column of the plan's row documents (they cannot drift apart). */
+export type PlannedColumnsComplete = [
+  Exclude<keyof TaskRowDoc, (typeof PLANNED_TASK_COLUMNS)[number]>,
+  Exclude<keyof IdentityRowDoc, (typeof PLANNED_IDENTITY_COLUMNS)[number]>,
+] extends [never, never]
+  ? true
+  : never;
+export const PLANNED_COLUMNS_COMPLETE: PlannedColumnsComplete = true;
 
 /** What a guard needs of its task row (state, lifecycle, external ID, WIP), then Begin's other columns. */
 export const TASK_ROW_READ =
