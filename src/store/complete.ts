@@ -98,6 +98,8 @@ async function lockAndVerifyLocked(
       steps: true,
       // Phase B also locks the blockers' task rows, when the plan has any.
       ownTaskOnly: phase === 'A' ? true : (p) => planBlockerIds(p).length === 0,
+      // Both phases check Begin's rows: the task's lock reads them too and answers that check (ADR 0034).
+      planned: true,
     },
     { guessed },
   );
@@ -124,6 +126,7 @@ async function lockAndVerifyLocked(
     // With a guess sent, the steps' lock is answered next (before the guesses), not after them.
     steps: !guessSent,
     blockers: blockerIds,
+    planned: true,
   });
   if (!task || identityState !== 'preparing' || task.lifecycle_state === 'deleted') {
     throw new ConflictError('creation_state_conflict', 'task row or retained identity is not in a completable state', {

@@ -23,7 +23,7 @@ import { lockAuthorityLocked } from './actor';
 import { deepFreeze, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
 import { stepsLockStatement } from './step-rows';
-import { IDENTITY_ROW_READ, TASK_ROW_READ } from './task-row-reads';
+import { IDENTITY_GUARD_READ, IDENTITY_ROW_READ, TASK_GUARD_READ, TASK_ROW_READ } from './task-row-reads';
 import type { Dialect } from '../db/config';
 import type { Statement } from '../db/batch';
 import type { OperationAuthority } from './types';
@@ -261,12 +261,25 @@ export interface ChainAhead {
    * task known to hold no external ID, the whole chain can then go ahead.
    */
   ownTaskOnly?: boolean | ((plan: CreationPlan) => boolean);
+  /** The caller goes on to check Begin's rows and passes `planned` on: the task's lock reads their columns too. */
+  planned?: boolean;
 }
 
 const EXTERNAL_ID_PEEK = 'SELECT external_id FROM tasks WHERE id = ?';
-// The chain's locks read what the check of Begin's rows reads next, and answer it (ADR 0034, store/task-row-reads.ts).
-const TASK_LOCK = `${TASK_ROW_READ} FOR UPDATE`;
-const IDENTITY_LOCK = `${IDENTITY_ROW_READ} FOR UPDATE`;
+// A chain that goes on to check Begin's rows locks with the columns that check reads, and answers it (ADR 0034,
+// store/task-row-reads.ts); any other locks with the guard's columns only.
+const TASK_LOCK = `${TASK_GUARD_READ} FOR UPDATE`;
+const IDENTITY_LOCK = `${IDENTITY_GUARD_READ} FOR UPDATE`;
+const PLANNED_TASK_LOCK = `${TASK_ROW_READ} FOR UPDATE`;
+const PLANNED_IDENTITY_LOCK = `${IDENTITY_ROW_READ} FOR UPDATE`;
+
+/** The chain's own task and identity locks: with `planned`, they read (and answer) the check of Begin's rows too. */
+function chainLocks(planned: boolean | undefined, taskId: string): [Statement, Statement] {
+  return [
+    { sql: planned === true ? PLANNED_TASK_LOCK : TASK_LOCK, params: [taskId] },
+    { sql: planned === true ? PLANNED_IDENTITY_LOCK : IDENTITY_LOCK, params: [taskId] },
+  ];
+}
 
 /**
  * Whether the caller locks its own task row only. A function of the plan is asked about the plan this process last
@@ -289,11 +302,7 @@ function chainStatements(
   if (ahead.externalIdKey && !(peek.externalIdAbsent && ownTaskOnly(ahead, peek))) {
     return [{ sql: EXTERNAL_ID_PEEK, params: [taskId] }];
   }
-  return [
-    { sql: TASK_LOCK, params: [taskId] },
-    { sql: IDENTITY_LOCK, params: [taskId] },
-    ...(ahead.steps ? [stepsLockStatement(operationId, dialect)] : []),
-  ];
+  return [...chainLocks(ahead.planned, taskId), ...(ahead.steps ? [stepsLockStatement(operationId, dialect)] : [])];
 }
 
 /**
@@ -339,7 +348,7 @@ export async function guardOperationLocked(
   const chain = ahead ? chainStatements(operationId, peek.task_id, ahead, peek, tx.dialect) : [];
   const reads = ahead && !ahead.externalIdKey && options.aheadReads ? options.aheadReads(peek.task_id) : [];
   const next = [...chain, ...reads];
-  const chainWithSteps = chain.length > 0 && chain[0]!.sql === TASK_LOCK && ahead!.steps;
+  const chainWithSteps = chain.length > 0 && chain[0]!.sql !== EXTERNAL_ID_PEEK && ahead!.steps;
   const guessed = chainWithSteps && reads.length === 0 ? (options.guessed ?? []) : [];
   const stepLock: Statement[] =
     options.admissionStepId === undefined
@@ -487,6 +496,8 @@ export async function lockTaskChainLocked(
     steps?: boolean;
     blockers?: readonly string[];
     heads?: readonly string[];
+    /** The transaction goes on to check Begin's rows (the guard's `ChainAhead.planned`, ADR 0034). */
+    planned?: boolean;
   },
 ): Promise<{
   task: TaskLockRow | undefined;
@@ -505,14 +516,20 @@ export async function lockTaskChainLocked(
   tx.lockRow(TIER.IDENTITY, 'task_identities', op.task_id);
   const blockerLock = `SELECT id, lifecycle_state FROM tasks WHERE id = ? ${tx.forShare}`;
   const headLock = 'SELECT id, lifecycle_state FROM tasks WHERE id = ? FOR UPDATE';
-  const sqlOf = (id: string) => (id === op.task_id ? TASK_LOCK : heads.has(id) ? headLock : blockerLock);
-  // The own task's and identity's locks answer the plain reads of the same rows that follow (ADR 0034).
-  const answering = [
-    ...ids.map((id) => (id === op.task_id ? { sql: TASK_ROW_READ, params: [id] } : undefined)),
-    { sql: IDENTITY_ROW_READ, params: [op.task_id] },
-  ];
+  const [ownLock, identityLock] = chainLocks(options.planned, op.task_id);
+  const lockOf = (id: string) =>
+    id === op.task_id ? ownLock : { sql: heads.has(id) ? headLock : blockerLock, params: [id] };
+  // With `planned`, the own task's and identity's locks answer the plain reads of the same rows that follow
+  // (ADR 0034); without, they read no text of the task and keep no answer.
+  const answering =
+    options.planned === true
+      ? [
+          ...ids.map((id) => (id === op.task_id ? { sql: TASK_ROW_READ, params: [id] } : undefined)),
+          { sql: IDENTITY_ROW_READ, params: [op.task_id] },
+        ]
+      : [];
   const results = await tx.batchAhead(
-    [...ids.map((id) => ({ sql: sqlOf(id), params: [id] })), { sql: IDENTITY_LOCK, params: [op.task_id] }],
+    [...ids.map(lockOf), identityLock],
     options.steps ? [stepsLockStatement(op.id, tx.dialect)] : [],
     [],
     answering,

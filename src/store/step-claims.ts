@@ -66,7 +66,13 @@ export async function claimStepInContextLocked(
   options: { externalIdKey?: boolean; recordedHere?: boolean } = {},
 ): Promise<{ claim: StepClaim; ctx: ClaimContext; chain: { task: TaskLockRow; identityState: string | undefined } }> {
   const externalIdKey = options.externalIdKey === true;
-  const guarded = await guardOperationLocked(tx, auth, { externalIdKey, steps: true, ownTaskOnly: true });
+  // A transaction that may go on to phase A checks Begin's rows: its locks read them too (`planned`, ADR 0034).
+  const guarded = await guardOperationLocked(tx, auth, {
+    externalIdKey,
+    steps: true,
+    ownTaskOnly: true,
+    planned: externalIdKey,
+  });
   const { op, plan, workspaceState } = guarded;
   if (workspaceState !== 'active') {
     // The workspace deletion cascade transfers or aborts what exists; no new effect starts.
@@ -88,6 +94,7 @@ export async function claimStepInContextLocked(
     externalIdKey,
     externalIdAbsent: guarded.externalIdAbsent,
     steps: true,
+    planned: externalIdKey,
   });
   if (!task)
     throw new ConflictError('creation_state_conflict', 'the task row of this operation is gone', {

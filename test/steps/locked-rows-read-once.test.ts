@@ -9,14 +9,18 @@
  * inserted (ADR 0034). Watches the
  * statements each transaction sends (`Tx.send`) through a whole batch that
  * attaches the task to its group, prepares its session, arms its launch and
- * runs Complete's phase A. Both dialects.
+ * runs Complete's phase A. A transaction that does not check Begin's rows
+ * locks the task without its text (`title`, `description`, up to 64 KiB).
+ * Both dialects.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Statement } from '../../src/db/batch';
 import { Tx } from '../../src/db/tx';
 import { IDENTITY_ROW_READ, TASK_ROW_READ } from '../../src/store/task-row-reads';
 import { useTestDb } from '../support/db';
-import { groupTaskBatchWithPhaseA } from './support';
+import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
+import { stepRows } from '../support/ledger';
+import { createGroupTask, groupTaskBatchWithPhaseA, LEDGER_KINDS } from './support';
 
 const t = useTestDb();
 
@@ -77,6 +81,28 @@ describe('locked rows are read once', () => {
     expect(all.flatMap(readsAgain)).toEqual([]);
     // And that check is not sent at all: the guard's lock answered it.
     expect(all.flat().filter((s) => s.sql === TASK_ROW_READ || s.sql === IDENTITY_ROW_READ)).toEqual([]);
+  });
+
+  it("a guarded transaction that does not check Begin's rows reads no task text; one that does, once", async () => {
+    const readsText = (s: Statement) => /^\s*SELECT\b[\s\S]*\bdescription\b[\s\S]*\bFROM\s+tasks\b/i.test(s.sql);
+    const sent = watchSends();
+    const { c } = await createGroupTask(t.db);
+    sent.clear();
+    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
+    const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
+    const ref = { kind: 'session_prepare' as const, stepKey: row.step_key };
+    // The batch without phase A (a worker that leaves Complete to its own transactions) arms the launch all the same.
+    const batch = await claimAndApplyLedgerSteps(t.db, auth, ref, 'w1', 30_000, LEDGER_KINDS);
+    expect(batch.phaseA).toBe('not_asked');
+    const statements = [...sent.values()].flat();
+    expect(statements.some((s) => /FROM tasks WHERE id = \? FOR UPDATE/.test(s.sql))).toBe(true);
+    expect(statements.filter(readsText)).toEqual([]);
+
+    sent.clear();
+    const withPhaseA = await groupTaskBatchWithPhaseA(t.db);
+    expect(withPhaseA.batch.phaseA).toBe('completing');
+    const texts = [...sent.values()].flat().filter(readsText);
+    expect(texts.map((s) => LOCK_CLAUSE.test(s.sql))).toEqual([true]);
   });
 
   it('the watch finds a read of a locked row sent again', () => {
