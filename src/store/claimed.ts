@@ -5,10 +5,15 @@
  * `casFromRunning` is the compare-and-set every claimed result goes through
  * (state running, same generation and owner, lease not expired by the
  * database clock) — a stale claim changes zero rows and gets `stale_claim`.
- * Neither begins a transaction.
+ * A claim made by the transaction that records it (a ledger batch) is folded
+ * into its record (ADR 0035): `foldClaim` holds the claim's own
+ * compare-and-set back, the first `casFromRunning` of that claim performs
+ * both in one UPDATE, and `settleFoldedClaim` sends the claim's own when no
+ * record came. None begins a transaction.
  */
 import { ConflictError } from '../domain/errors';
 import type { StepState } from '../domain/vocab';
+import type { Statement } from '../db/batch';
 import type { SqlParam, Tx } from '../db/tx';
 import { guardOperationLocked, lockTaskChainLocked, type GuardedOperation } from './operation-guard';
 import { findStepById, lockStepsLocked, verifyStepRequest } from './step-rows';
@@ -51,13 +56,93 @@ export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<Claim
   return { guarded, steps, step };
 }
 
+/** The claim's compare-and-set of `step` (planned or retry_wait -> running, generation and attempt raised, leased). */
+export function claimCasStatement(tx: Tx, step: StepRow, owner: string, leaseMs: number): Statement {
+  return {
+    sql: `UPDATE task_creation_steps
+          SET state = 'running', generation = generation + 1, attempt = attempt + 1,
+              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
+        WHERE id = ? AND generation = ? AND state = ?`,
+    params: [owner, leaseMs, step.id, step.generation, step.state],
+  };
+}
+
+/** A claim whose compare-and-set was held back for its record (`foldClaim`). */
+interface FoldedClaim {
+  /** The claim's own compare-and-set, for `settleFoldedClaim`. */
+  cas: Statement;
+  /** The step row's generation and state it claims from. */
+  generation: number;
+  state: string;
+  recorded: boolean;
+}
+
+const folded = new WeakMap<StepClaim, FoldedClaim>();
+
+const staleClaim = (claim: StepClaim) => () =>
+  new ConflictError('stale_claim', 'claim is stale: generation, owner or lease no longer matches', {
+    step_id: claim.stepId,
+    generation: claim.generation,
+  });
+
+/**
+ * Holds back the compare-and-set of a claim this transaction records too (ADR 0035): its first record performs
+ * both in one UPDATE, from the row as claimed (`step`), which this transaction holds locked (tier 7). The caller
+ * must call `settleFoldedClaim` once the effect ran, before COMMIT.
+ */
+export function foldClaim(claim: StepClaim, step: StepRow, cas: Statement): void {
+  folded.set(claim, { cas, generation: step.generation, state: step.state, recorded: false });
+}
+
+/** Sends a folded claim's own compare-and-set when no record performed it (the row then stays claimed, leased). */
+export function settleFoldedClaim(tx: Tx, claim: StepClaim): void {
+  const f = folded.get(claim);
+  if (f === undefined || f.recorded) return;
+  f.recorded = true;
+  tx.expect(
+    f.cas,
+    1,
+    () => new ConflictError('stale_claim', 'step changed while being claimed', { step_id: claim.stepId }),
+  );
+}
+
+/** The claim's liveness predicate: running under it, or — folded and not yet recorded — still as claimed from. */
+export function claimLivePredicate(tx: Tx, claim: StepClaim): { where: string; params: SqlParam[] } {
+  const f = folded.get(claim);
+  if (f !== undefined && !f.recorded) {
+    return { where: 'id = ? AND generation = ? AND state = ?', params: [claim.stepId, f.generation, f.state] };
+  }
+  return {
+    where: `id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
+    params: [claim.stepId, claim.generation, claim.owner],
+  };
+}
+
 /**
  * The compare-and-set every claimed result goes through. Sent without waiting
  * (`Tx.expect`): it travels with the transaction's next statements, and the
  * runner checks it took before COMMIT — a stale claim rolls back everything
- * after it and throws `stale_claim`.
+ * after it and throws `stale_claim`. The first record of a folded claim
+ * (`foldClaim`) also performs the claim: the generation and attempt are raised
+ * and the row goes from its claimed-from state straight to `to`.
  */
 export function casFromRunning(tx: Tx, claim: StepClaim, to: StepState, sets: string, params: SqlParam[]): void {
+  const f = folded.get(claim);
+  if (f !== undefined && !f.recorded) {
+    f.recorded = true;
+    const nextAttempt = /\bnext_attempt_at\b/.test(sets) ? '' : ', next_attempt_at = NULL';
+    tx.expect(
+      {
+        sql: `UPDATE task_creation_steps SET state = ?, generation = generation + 1, attempt = attempt + 1,
+          lease_owner = NULL, lease_expires_at = NULL${nextAttempt}, updated_at = ${tx.now}${sets}
+        WHERE id = ? AND generation = ? AND state = ?`,
+        params: [to, ...params, claim.stepId, f.generation, f.state],
+      },
+      1,
+      staleClaim(claim),
+    );
+    return;
+  }
   tx.expect(
     {
       sql: `UPDATE task_creation_steps SET state = ?, lease_owner = NULL, lease_expires_at = NULL, updated_at = ${tx.now}${sets}
@@ -65,10 +150,6 @@ export function casFromRunning(tx: Tx, claim: StepClaim, to: StepState, sets: st
       params: [to, ...params, claim.stepId, claim.generation, claim.owner],
     },
     1,
-    () =>
-      new ConflictError('stale_claim', 'claim is stale: generation, owner or lease no longer matches', {
-        step_id: claim.stepId,
-        generation: claim.generation,
-      }),
+    staleClaim(claim),
   );
 }

@@ -37,7 +37,7 @@ import type { EffectOutcome } from './effects/recording';
 import { completePhaseAInBatchLocked, type PhaseAInBatch } from './complete-in-batch';
 import { completeLockNeeds, plannedRowsStatements } from './complete-verify';
 import { EFFECT_ROW_UNIQUES, takeLocks } from './effects/row-locks';
-import type { ClaimContext } from './claimed';
+import { settleFoldedClaim, type ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
 import { verifyStepRequest, type StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
@@ -76,6 +76,8 @@ export async function claimAndApplyLedgerStep(
     async (tx) => {
       const { claim, ctx } = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, { recordedHere: true });
       const outcome = await apply(tx, claim, ctx);
+      // The claim's compare-and-set went with its record (ADR 0035); without a record it goes now.
+      settleFoldedClaim(tx, claim);
       await failpoint('before_ledger_step_commit', {
         kind: claim.kind,
         operationId: claim.operationId,
@@ -181,6 +183,7 @@ export async function claimAndApplyLedgerSteps(
         const { claim, ctx } = claimed;
         current.set(claim.stepId, ctx.step);
         const outcome = await kinds[claim.kind]!.apply(tx, claim, { ...ctx, steps: [...current.values()] });
+        settleFoldedClaim(tx, claim);
         await failpoint('before_ledger_step_commit', {
           kind: claim.kind,
           operationId: claim.operationId,

@@ -22,7 +22,7 @@ import {
   verifyStepSet,
   type StepRef,
 } from './step-rows';
-import type { ClaimContext } from './claimed';
+import { claimCasStatement, foldClaim, type ClaimContext } from './claimed';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
 
 /** Why 30 s by default (TASKLEDGER_LEASE_MS): long enough that a worker's
@@ -120,7 +120,10 @@ export async function claimLockedStepLocked(
   base: ClaimContext,
   owner: string,
   leaseMs: number,
-  /** `recordedHere`: this transaction records the step too (a ledger batch); the lease is not read back. */
+  /**
+   * `recordedHere`: this transaction records the step too (a ledger batch): the claim's compare-and-set is folded
+   * into its record (ADR 0035), and the caller calls `settleFoldedClaim` after the effect; no lease is read back.
+   */
   options: { recordedHere?: boolean } = {},
 ): Promise<{ claim: StepClaim; ctx: ClaimContext }> {
   const { guarded, steps, step } = base;
@@ -150,22 +153,13 @@ export async function claimLockedStepLocked(
       },
     );
   }
-  const cas = {
-    sql: `UPDATE task_creation_steps
-          SET state = 'running', generation = generation + 1, attempt = attempt + 1,
-              lease_owner = ?, lease_expires_at = ${tx.nowPlusMs}, next_attempt_at = NULL, updated_at = ${tx.now}
-        WHERE id = ? AND generation = ? AND state = ?`,
-    params: [owner, leaseMs, step.id, step.generation, step.state],
-  };
+  const cas = claimCasStatement(tx, step, owner, leaseMs);
   const stale = () => new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
   let leaseExpiresAt: Date | null = null;
-  if (options.recordedHere === true) {
-    // Recorded in this transaction: the compare-and-set travels with the effect's first statements.
-    tx.expect(cas, 1, stale);
-  } else {
+  if (options.recordedHere !== true) {
     // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
     const [changed, lease] = await Promise.all([
-      tx.exec(cas.sql, cas.params),
+      tx.exec(cas.sql, [...cas.params]),
       tx.one<{ lease_expires_at: Date }>('SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', [step.id]),
     ]);
     if (changed !== 1) throw stale();
@@ -183,6 +177,8 @@ export async function claimLockedStepLocked(
     requestSha256: step.request_sha256,
     idempotencyKey: step.idempotency_key,
   };
+  // Recorded in this transaction: the compare-and-set is held back and its record performs it (ADR 0035).
+  if (options.recordedHere === true) foldClaim(claim, step, cas);
   // The step row as the UPDATE left it (every other step is locked and unchanged).
   const running: StepRow = {
     ...step,

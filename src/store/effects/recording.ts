@@ -26,7 +26,7 @@ import { validateStepEvidence, validateStepFailure, validateStepRequest } from '
 import { ConflictError, ValidationError } from '../../domain/errors';
 import type { StepKind, StepState } from '../../domain/vocab';
 import type { Tx } from '../../db/tx';
-import { casFromRunning, type ClaimContext } from '../claimed';
+import { casFromRunning, claimLivePredicate, type ClaimContext } from '../claimed';
 import { requireCompensationLocked } from '../step-rows';
 import { retryDelayMs } from '../step-results';
 import type { StepClaim, StepRow } from '../types';
@@ -184,11 +184,8 @@ export async function failWithRowsLocked(
 
 /** The claim CAS predicate (running, same generation and owner, lease alive by the database clock), read-only. */
 export async function assertClaimLiveLocked(tx: Tx, claim: StepClaim): Promise<void> {
-  const live = await tx.rows(
-    `SELECT id FROM task_creation_steps
-      WHERE id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
-    [claim.stepId, claim.generation, claim.owner],
-  );
+  const { where, params } = claimLivePredicate(tx, claim);
+  const live = await tx.rows(`SELECT id FROM task_creation_steps WHERE ${where}`, params);
   if (live.length !== 1) {
     throw new ConflictError('stale_claim', 'claim is stale: generation, owner or lease no longer matches', {
       step_id: claim.stepId,
