@@ -1,3 +1,5 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
@@ -16,6 +18,9 @@ const redisUrl = process.env.TASKLEDGER_TEST_REDIS_URL ?? 'redis://127.0.0.1:637
 // The sources under test start processes from the native spawner the global setup builds into dist/, as a
 // deployment does (src/launch/shared-spawner.ts); test/launch/spawner.test.ts also drives the Node helper.
 const spawnerBin = fileURLToPath(new URL('./dist/spawner-native', import.meta.url));
+// Every temporary file of a run (seeded repositories, data directories, the processes tests start) goes under one
+// directory per project, which its global teardown removes: runs leave nothing behind in the temp directory.
+const scratchRoot = join(tmpdir(), `taskledger-test-${runId}`);
 
 function project(name: 'postgres' | 'mysql', url: string) {
   return {
@@ -27,6 +32,7 @@ function project(name: 'postgres' | 'mysql', url: string) {
         TASKLEDGER_REDIS_URL: redisUrl,
         TASKLEDGER_TEST_DIALECT: name,
         TASKLEDGER_SPAWNER_BIN: spawnerBin,
+        TMPDIR: join(scratchRoot, name),
       },
       globalSetup: ['test/support/global-setup.ts'],
     },

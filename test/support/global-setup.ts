@@ -1,7 +1,9 @@
 /**
  * Before any test file of the project starts: builds dist/ from the sources
  * under test (once per run, shared by both projects), then recreates this
- * project's test database and runs every migration once.
+ * project's test database and runs every migration once, and makes the
+ * project's temp directory (TMPDIR, vitest.config.ts); its teardown drops the
+ * database and removes that directory with everything the tests left in it.
  *
  * Why build here: tests that spawn `bin/taskledger.mjs` (test/cli, the crash
  * and pm2 tests in test/fleet and test/deploy, the bench) run the built
@@ -9,6 +11,8 @@
  * build left over from an earlier commit (docs/adr/0013-built-javascript.md).
  */
 import { execFileSync } from 'node:child_process';
+import { mkdirSync, rmdirSync, rmSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
 import { dialectOf } from '../../src/db/config';
@@ -29,6 +33,8 @@ function buildDistOnce(): void {
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   buildDistOnce();
   const url = project.config.env.TASKLEDGER_DB_URL as string;
+  const scratch = project.config.env.TMPDIR as string;
+  mkdirSync(scratch, { recursive: true });
   await recreateDatabase(url);
   const ds = createDataSource({ url, dialect: dialectOf(url) }, { poolSize: 2 });
   await ds.initialize();
@@ -39,5 +45,11 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   return async () => {
     if (!process.env.TASKLEDGER_TEST_KEEP_DB) await dropDatabase(url);
+    rmSync(scratch, { recursive: true, force: true, maxRetries: 3 });
+    try {
+      rmdirSync(dirname(scratch)); // The run's directory, once both projects' are gone.
+    } catch {
+      // The other project still runs, or it is already gone.
+    }
   };
 }
