@@ -59,8 +59,8 @@ export interface BenchWorld {
   repoPath: string;
 }
 
-export async function makeGitRepo(): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'taskledger-bench-repo-'));
+export async function makeGitRepo(parent: string = tmpdir()): Promise<string> {
+  const dir = await mkdtemp(join(parent, 'taskledger-bench-repo-'));
   const git = (...args: string[]) => run('git', ['-C', dir, ...args]);
   await git('init', '-q', '-b', 'main');
   await git('config', 'user.email', 'bench@taskledger.invalid');
@@ -72,14 +72,14 @@ export async function makeGitRepo(): Promise<string> {
 }
 
 /** One workspace with everything both creation shapes reference. */
-export async function seedBenchWorld(db: Db): Promise<BenchWorld> {
+export async function seedBenchWorld(db: Db, scratch: string = tmpdir()): Promise<BenchWorld> {
   const ws = await createWorkspace(db, { name: 'bench' });
   const token = await issueToken(db, ws.id, { principal_id: 'bench' });
   const workflow = await createWorkflow(db, ws.id, { name: 'bench', steps: [{ name: 'todo' }] });
   // Launches happen after task.created; a trivial agent keeps them cheap.
   const profile = await createAgentProfile(db, ws.id, { name: 'noop', executor: { kind: 'local', command: ['true'] } });
   const group = await createGroup(db, ws.id, { name: 'bench' });
-  const repoPath = await makeGitRepo();
+  const repoPath = await makeGitRepo(scratch);
   const repo = await createRepository(db, ws.id, { name: 'bench', path: repoPath, default_branch: 'main' });
   return {
     workspaceId: ws.id,

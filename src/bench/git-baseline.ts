@@ -37,8 +37,12 @@ while [ "$i" -lt "$2" ]; do
   i=$((i + 1))
 done`;
 
-export async function measureGitBaseline(repo: string, count: number): Promise<GitBaseline> {
-  const trees = await mkdtemp(join(tmpdir(), 'taskledger-bench-baseline-'));
+export async function measureGitBaseline(
+  repo: string,
+  count: number,
+  scratch: string = tmpdir(),
+): Promise<GitBaseline> {
+  const trees = await mkdtemp(join(scratch, 'taskledger-bench-baseline-'));
   try {
     const started = performance.now();
     await exec('sh', ['-c', LOOP, 'baseline', repo, String(count), trees], { maxBuffer: 16 * 1024 * 1024 });

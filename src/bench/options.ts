@@ -6,6 +6,8 @@
  * the local servers); each is dropped, recreated and migrated at the start of
  * its run, so never point them at a database you want to keep.
  */
+import { accessSync, constants, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
 import type { Dialect } from '../db/config';
 
@@ -45,6 +47,12 @@ export interface BenchOptions {
   gitBaseline: number;
   /** Write the results as JSON to this file. */
   json: string | null;
+  /**
+   * Where the run's scratch files go (the fleet's data directory with the agents' start markers, the Git
+   * repositories and the baseline's worktrees): --scratch or TASKLEDGER_BENCH_SCRATCH, else `/dev/shm` when it is
+   * a writable directory, else the OS temp directory (see `defaultScratch`).
+   */
+  scratch: string;
   pgUrl: string;
   mysqlUrl: string;
   redisUrl: string;
@@ -72,6 +80,8 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --peer-seconds S                length of each peer run (default 20)
   --no-peer                       do not run the peer (its ratios are then not measured)
   --json FILE                     also write the results as JSON
+  --scratch DIR                   where the run's data directory and repositories go (default /dev/shm when
+                                  writable, else the OS temp directory; also TASKLEDGER_BENCH_SCRATCH)
   --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 10/s for 2 s,
                                   10 serial creations, 10 baseline worktrees, 5 s peer runs
 Databases: TASKLEDGER_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/taskledger_bench),
@@ -79,6 +89,26 @@ TASKLEDGER_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/taskledger_bench
 DROPPED, recreated and migrated per run. Redis: TASKLEDGER_REDIS_URL (a fresh queue prefix per run).`;
 
 export class BenchUsageError extends Error {}
+
+/**
+ * A RAM file system when the machine has one (`/dev/shm`), else the OS temp directory. The fleet writes a few
+ * small files per launch (the start marker, its replacement, the agent's log); on a file system whose inode
+ * allocator skips recently deleted inodes one by one (ext4 without a journal, as on the VM the figures in
+ * docs/benchmarks.md come from), each of them pays for every file any run deleted in the last minutes, its own
+ * cleanup included, so runs measured one after another on disk are not comparable. A deployment chooses its
+ * data directory (TASKLEDGER_DATA_DIR); the bench measures the ledger, not that allocator.
+ */
+export function defaultScratch(): string {
+  try {
+    if (statSync('/dev/shm').isDirectory()) {
+      accessSync('/dev/shm', constants.W_OK);
+      return '/dev/shm';
+    }
+  } catch {
+    // Not there or not writable: the temp directory.
+  }
+  return tmpdir();
+}
 
 function positiveInt(name: string, raw: string | undefined, fallback: number, min = 1): number {
   if (raw === undefined) return fallback;
@@ -150,6 +180,7 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
         'peer-seconds': { type: 'string' },
         'no-peer': { type: 'boolean' },
         json: { type: 'string' },
+        scratch: { type: 'string' },
         quick: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -183,6 +214,7 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
     // As many worktrees as the Git shape makes: `worktree add` slows as a repository's worktrees grow.
     gitBaseline: positiveInt('git-baseline', values['git-baseline'], warmup + tasks, 0),
     json: values.json ?? null,
+    scratch: values.scratch ?? (env.TASKLEDGER_BENCH_SCRATCH?.trim() || defaultScratch()),
     pgUrl: env.TASKLEDGER_BENCH_PG_URL?.trim() || 'postgres://postgres@127.0.0.1:5432/taskledger_bench',
     mysqlUrl: env.TASKLEDGER_BENCH_MYSQL_URL?.trim() || 'mysql://root@127.0.0.1:3306/taskledger_bench',
     redisUrl: env.TASKLEDGER_REDIS_URL?.trim() || 'redis://127.0.0.1:6379',

@@ -127,7 +127,7 @@ export function renderDialect(r: DialectResult): string {
 
 export function renderReport(report: BenchReport): string {
   const m = report.machine;
-  const head = `taskledger bench · ${report.startedAt} · ${m.cpus} × ${m.cpuModel} · ${m.memoryGiB} GiB · node ${m.node}`;
+  const head = `taskledger bench · ${report.startedAt} · ${m.cpus} × ${m.cpuModel} · ${m.memoryGiB} GiB · node ${m.node} · scratch ${report.options.scratch}`;
   const p = report.peer;
   const peerLines: string[] = [];
   if (p.problem !== null) peerLines.push(`peer: ${p.problem}`);

@@ -19,7 +19,7 @@
 import { randomBytes } from 'node:crypto';
 import { rm, mkdtemp } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { hostname, cpus, loadavg, totalmem, tmpdir } from 'node:os';
+import { hostname, cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { deleteQueuePrefix } from '../runtime/redis';
 import { redactUrl } from '../cli/redact';
@@ -366,10 +366,10 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
   let sampler: { stop(): void } | null = null;
   try {
     const version = await serverVersion(bench.db);
-    const world = await seedBenchWorld(bench.db);
+    const world = await seedBenchWorld(bench.db, options.scratch);
     scratch.push(world.repoPath);
     // The ceiling writes into a workspace of its own, so the fleet's idle checks never see its rows.
-    const ceilingWorld = options.ceiling ? await seedBenchWorld(bench.db) : null;
+    const ceilingWorld = options.ceiling ? await seedBenchWorld(bench.db, options.scratch) : null;
     if (ceilingWorld) scratch.push(ceilingWorld.repoPath);
 
     let ceiling: CeilingResult | null = null;
@@ -397,13 +397,13 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
     let gitBaseline = null;
     if (options.shapes.includes('git') && options.gitBaseline > 0) {
       progress.status(`[${dialect} git baseline] ${options.gitBaseline} × git worktree add -b`);
-      gitBaseline = await measureGitBaseline(world.repoPath, options.gitBaseline);
+      gitBaseline = await measureGitBaseline(world.repoPath, options.gitBaseline, options.scratch);
       progress.note(
         `[${dialect} git baseline] bare git worktree add -b loop: ${fmt(gitBaseline.perSecond)} worktrees/s`,
       );
     }
 
-    const dataDir = await mkdtemp(join(tmpdir(), 'taskledger-bench-data-'));
+    const dataDir = await mkdtemp(join(options.scratch, 'taskledger-bench-data-'));
     scratch.push(dataDir);
     const port = await freePort();
     const env: NodeJS.ProcessEnv = {

@@ -5,13 +5,13 @@
  * never a speed (a timed assertion would fail on a busy machine, not on a
  * regression). Both dialects.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { createDataSource } from '../../src/db/data-source';
-import { parseBenchArgs, type BenchOptions } from '../../src/bench/options';
+import { defaultScratch, parseBenchArgs, type BenchOptions } from '../../src/bench/options';
 import { silentProgress } from '../../src/bench/progress';
 import { renderReport, SHAPE_TABLE_HEADER } from '../../src/bench/report';
 import { runBench } from '../../src/bench/run';
@@ -32,6 +32,13 @@ describe('taskledger bench', () => {
     expect(() => parseBenchArgs(['--tasks', '0'], {})).toThrow(/--tasks/);
     expect(() => parseBenchArgs(['--shapes', 'db,frob'], {})).toThrow(/unknown shape "frob"/);
     expect(() => parseBenchArgs(['--dialect', 'oracle'], {})).toThrow(/--dialect/);
+    // Scratch files: the flag, then the environment, then a RAM file system when there is one.
+    expect(
+      (parseBenchArgs(['--scratch', '/var/tmp/x'], { TASKLEDGER_BENCH_SCRATCH: '/y' }) as BenchOptions).scratch,
+    ).toBe('/var/tmp/x');
+    expect((parseBenchArgs([], { TASKLEDGER_BENCH_SCRATCH: '/y' }) as BenchOptions).scratch).toBe('/y');
+    expect((parseBenchArgs([], {}) as BenchOptions).scratch).toBe(defaultScratch());
+    expect([tmpdir(), '/dev/shm']).toContain(defaultScratch());
   });
 
   it('runs both shapes, the paced run, the ceiling, the baselines and the peer, and reports every field', async () => {
@@ -59,8 +66,12 @@ describe('taskledger bench', () => {
       pgUrl: scratchUrl,
       mysqlUrl: scratchUrl,
       redisUrl: process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379',
+      scratch: await mkdtemp(join(tmpdir(), 'taskledger-bench-scratch-')),
     };
     const report = await runBench(options, silentProgress);
+    // Every scratch file went under --scratch, and the run removed them again.
+    expect(await readdir(options.scratch)).toEqual([]);
+    await rm(options.scratch, { recursive: true });
 
     expect(report.dialects).toHaveLength(1);
     const d = report.dialects[0]!;
@@ -108,6 +119,7 @@ describe('taskledger bench', () => {
 
     const text = renderReport(report);
     expect(text).toContain(SHAPE_TABLE_HEADER.join('  ').slice(0, 5));
+    expect(text).toContain(`scratch ${options.scratch}`);
     for (const word of ['creations/s', 'p99 ms', 'ceiling', 'targets:', 'peer', 'git baseline', config.dialect])
       expect(text).toContain(word);
   }, 120_000);
