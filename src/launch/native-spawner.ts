@@ -147,6 +147,8 @@ export class NativeSpawner implements AgentSpawner {
       this.pending.set(id, { owner: child, resolve, reject });
       this.idle(child);
       child.stdin!.write(frame([kind, id, ...fields]), (err) => {
+        // A helper whose input is closed is gone (its exit may not be seen yet): the next request starts another.
+        if (err && this.child === child) this.child = null;
         if (err && this.pending.delete(id)) {
           this.idle(child);
           reject(new SpawnLost(`the native spawner could not be reached: ${err.message}`));

@@ -169,6 +169,8 @@ export class HelperSpawner implements AgentSpawner {
       this.pending.set(id, { owner: child, resolve: resolve, reject });
       this.idle(child);
       child.send({ id, ...message }, (err) => {
+        // A helper that cannot be reached is gone (its exit may not be seen yet): the next request starts another.
+        if (err && this.child === child) this.child = null;
         if (err && this.pending.delete(id)) {
           this.idle(child);
           reject(new SpawnLost(`the agent spawner could not be reached: ${err.message}`));

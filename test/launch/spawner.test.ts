@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ExecutorError, LocalProcessExecutor } from '../../src/launch/executor';
 import { NativeSpawner, usableBinary } from '../../src/launch/native-spawner';
 import { readMarker } from '../../src/launch/start-marker';
@@ -212,7 +212,9 @@ describe.each(helpers)('the agent spawner: $kind', ({ make, marker }) => {
         expect((outcome as ExecutorError).failureClass).toBe('ambiguous');
         expect(readMarker(executor.markerPath('s2'))?.doc.state).toBe('starting');
       }
-      // Either way, the next start works from a fresh helper.
+      // Either way, once the spawner has seen the helper die (its reply may have come first, so the death can be
+      // seen after the outcome), the next start works from a fresh helper.
+      await vi.waitFor(() => expect(spawner.pid).not.toBe(helperPid), { timeout: 5_000 });
       const { pid } = await spawner.spawn({
         cmd: 'true',
         args: [],
