@@ -30,6 +30,8 @@ export interface ClaimContext {
 }
 
 export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<ClaimContext> {
+  // Its row is still as claimed from until its record: it is recorded with the context it was claimed in.
+  if (folded.get(claim)?.recorded === false) throw new Error('internal: a folded claim re-locked before its record');
   const guarded = await guardOperationLocked(
     tx,
     {
@@ -74,8 +76,16 @@ interface FoldedClaim {
   /** The step row's generation and state it claims from. */
   generation: number;
   state: string;
+  /**
+   * When its lease would have run out (`performance.now()`, ms): a record after it is stale, as it was against
+   * the lease the claim's own UPDATE set, though no other transaction can see this claim before COMMIT.
+   */
+  deadline: number;
   recorded: boolean;
 }
+
+/** The columns the claim part of a folded record sets: a record's own `sets` must name none of them. */
+const CLAIM_COLUMNS = /\b(?:state|generation|attempt|lease_owner|lease_expires_at|updated_at)\s*=/;
 
 const folded = new WeakMap<StepClaim, FoldedClaim>();
 
@@ -90,8 +100,19 @@ const staleClaim = (claim: StepClaim) => () =>
  * both in one UPDATE, from the row as claimed (`step`), which this transaction holds locked (tier 7). The caller
  * must call `settleFoldedClaim` once the effect ran, before COMMIT.
  */
-export function foldClaim(claim: StepClaim, step: StepRow, cas: Statement): void {
-  folded.set(claim, { cas, generation: step.generation, state: step.state, recorded: false });
+export function foldClaim(claim: StepClaim, step: StepRow, cas: Statement, leaseMs: number): void {
+  folded.set(claim, {
+    cas,
+    generation: step.generation,
+    state: step.state,
+    deadline: performance.now() + leaseMs,
+    recorded: false,
+  });
+}
+
+/** A folded claim whose lease would have run out by now (elapsed time on this process's monotonic clock). */
+function expired(f: FoldedClaim): boolean {
+  return performance.now() > f.deadline;
 }
 
 /** Sends a folded claim's own compare-and-set when no record performed it (the row then stays claimed, leased). */
@@ -110,7 +131,9 @@ export function settleFoldedClaim(tx: Tx, claim: StepClaim): void {
 export function claimLivePredicate(tx: Tx, claim: StepClaim): { where: string; params: SqlParam[] } {
   const f = folded.get(claim);
   if (f !== undefined && !f.recorded) {
-    return { where: 'id = ? AND generation = ? AND state = ?', params: [claim.stepId, f.generation, f.state] };
+    // Past its lease it is not live (matches no row), as the claim's own lease would no longer match.
+    const live = expired(f) ? ' AND 1 = 0' : '';
+    return { where: `id = ? AND generation = ? AND state = ?${live}`, params: [claim.stepId, f.generation, f.state] };
   }
   return {
     where: `id = ? AND state = 'running' AND generation = ? AND lease_owner = ? AND lease_expires_at > ${tx.now}`,
@@ -129,6 +152,9 @@ export function claimLivePredicate(tx: Tx, claim: StepClaim): { where: string; p
 export function casFromRunning(tx: Tx, claim: StepClaim, to: StepState, sets: string, params: SqlParam[]): void {
   const f = folded.get(claim);
   if (f !== undefined && !f.recorded) {
+    if (CLAIM_COLUMNS.test(sets)) throw new Error(`internal: a record's sets name a claim column ("${sets}")`);
+    // Past its lease, stale as before: the transaction rolls back (nothing of it commits).
+    if (expired(f)) throw staleClaim(claim)();
     f.recorded = true;
     const nextAttempt = /\bnext_attempt_at\b/.test(sets) ? '' : ', next_attempt_at = NULL';
     tx.expect(

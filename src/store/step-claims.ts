@@ -178,7 +178,7 @@ export async function claimLockedStepLocked(
     idempotencyKey: step.idempotency_key,
   };
   // Recorded in this transaction: the compare-and-set is held back and its record performs it (ADR 0035).
-  if (options.recordedHere === true) foldClaim(claim, step, cas);
+  if (options.recordedHere === true) foldClaim(claim, step, cas, leaseMs);
   // The step row as the UPDATE left it (every other step is locked and unchanged).
   const running: StepRow = {
     ...step,

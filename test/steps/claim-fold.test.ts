@@ -4,7 +4,9 @@
  * records it, from the state it was claimed from, with the generation and
  * attempt raised as a claim of its own raises them. A folded claim that no
  * record performed is sent on its own before COMMIT (the step stays claimed,
- * leased); the liveness check sees a folded claim as live. Watches the
+ * leased); the liveness check sees a folded claim as live; failures fold
+ * too (`retry_wait` with its back-off, `failed`); a record past the claim's
+ * lease is stale, as before, and leaves nothing. Watches the
  * statements sent (`Tx.send`). Both dialects.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -12,9 +14,9 @@ import type { Statement } from '../../src/db/batch';
 import { Tx } from '../../src/db/tx';
 import type { StepHandler } from '../../src/kinds/contract';
 import { defaultStepHandlers } from '../../src/kinds/registry';
-import { assertClaimLiveLocked } from '../../src/store/effects/recording';
+import { assertClaimLiveLocked, failWithRowsLocked } from '../../src/store/effects/recording';
 import { claimAndApplyLedgerStep } from '../../src/store/ledger-step';
-import { useTestDb } from '../support/db';
+import { sql, useTestDb } from '../support/db';
 import { stepRows } from '../support/ledger';
 import { createGroupTask, groupTaskBatchWithPhaseA, loadStep } from './support';
 
@@ -105,5 +107,52 @@ describe('a claim folded into its record', () => {
     );
     expect(outcome.state).toBe('succeeded');
     expect(await loadStep(t.db, row.id)).toMatchObject({ state: 'succeeded', generation: 1, attempt: 1 });
+  });
+
+  it.each([
+    ['transient', 'retry_wait'],
+    ['permanent', 'failed'],
+    ['ambiguous', 'unknown'],
+  ] as const)('a %s failure folds too: the row goes straight to %s', async (cls, state) => {
+    const { c } = await createGroupTask(t.db);
+    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
+    const { outcome } = await claimAndApplyLedgerStep(
+      t.db,
+      c.auth,
+      { kind: 'workspace_attachment', stepKey: row.step_key },
+      'w1',
+      30_000,
+      (tx, cl, ctx) => failWithRowsLocked(tx, ctx, cl, cls, 'test_failure', 'a failure made by the test', []),
+    );
+    expect(outcome.state).toBe(state);
+    const step = await loadStep(t.db, row.id);
+    expect(step).toMatchObject({ state, generation: 1, attempt: 1, lease_owner: null, lease_expires_at: null });
+    const [errors] = await sql<{ error_code: string | null; next_attempt_at: unknown }>(
+      t.db,
+      'SELECT error_code, next_attempt_at FROM task_creation_steps WHERE id = ?',
+      [row.id],
+    );
+    expect(errors!.error_code).toBe('test_failure');
+    // Only a transient failure waits for a next attempt.
+    expect(errors!.next_attempt_at === null).toBe(state !== 'retry_wait');
+  });
+
+  it("a record after the claim's lease ran out is stale and leaves nothing", async () => {
+    const { c } = await createGroupTask(t.db);
+    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
+    const apply = (defaultStepHandlers.workspace_attachment as StepHandler).applyInClaim!;
+    const late = claimAndApplyLedgerStep(
+      t.db,
+      c.auth,
+      { kind: 'workspace_attachment', stepKey: row.step_key },
+      'w1',
+      5,
+      async (tx, cl, ctx) => {
+        await new Promise((r) => setTimeout(r, 50));
+        return apply(tx, cl, ctx);
+      },
+    );
+    await expect(late).rejects.toMatchObject({ code: 'stale_claim' });
+    expect(await loadStep(t.db, row.id)).toMatchObject({ state: 'planned', generation: 0, attempt: 0 });
   });
 });
