@@ -122,7 +122,7 @@ describe('a claim folded into its record', () => {
       { kind: 'workspace_attachment', stepKey: row.step_key },
       'w1',
       30_000,
-      (tx, cl, ctx) => failWithRowsLocked(tx, ctx, cl, cls, 'test_failure', 'a failure made by the test', []),
+      (tx, cl, ctx) => failWithRowsLocked(tx, ctx!, cl, cls, 'test_failure', 'a failure made by the test', []),
     );
     expect(outcome.state).toBe(state);
     const step = await loadStep(t.db, row.id);
