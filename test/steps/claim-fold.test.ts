@@ -16,6 +16,7 @@ import type { StepHandler } from '../../src/kinds/contract';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import { assertClaimLiveLocked, failWithRowsLocked } from '../../src/store/effects/recording';
 import { claimAndApplyLedgerStep } from '../../src/store/ledger-step';
+import type { LedgerApply } from '../../src/store/ledger-apply';
 import { sql, useTestDb } from '../support/db';
 import { stepRows } from '../support/ledger';
 import { createGroupTask, groupTaskBatchWithPhaseA, loadStep } from './support';
@@ -50,6 +51,17 @@ function watchSends(): { all(): Statement[] } {
 const stepUpdates = (sent: { all(): Statement[] }, stepId: string) =>
   sent.all().filter((s) => /^\s*UPDATE task_creation_steps\b/i.test(s.sql) && s.params.includes(stepId));
 
+/** A group task's workspace attachment, claimed and applied by `apply` in one transaction with a `leaseMs` lease. */
+async function attachmentInClaim(apply: LedgerApply, leaseMs = 30_000) {
+  const { c } = await createGroupTask(t.db);
+  const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
+  const ref = { kind: 'workspace_attachment' as const, stepKey: row.step_key };
+  return { row, result: claimAndApplyLedgerStep(t.db, c.auth, ref, 'w1', leaseMs, apply) };
+}
+
+/** The workspace attachment's own effect, as a fleet worker applies it. */
+const attach = (defaultStepHandlers.workspace_attachment as StepHandler).applyInClaim!;
+
 describe('a claim folded into its record', () => {
   it('a ledger batch claims and records each step by one UPDATE, raising generation and attempt', async () => {
     const sent = watchSends();
@@ -67,20 +79,12 @@ describe('a claim folded into its record', () => {
   });
 
   it('a folded claim no record performed is sent on its own: the step stays claimed and leased', async () => {
-    const { c } = await createGroupTask(t.db);
-    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
-    const { claim, outcome } = await claimAndApplyLedgerStep(
-      t.db,
-      c.auth,
-      { kind: 'workspace_attachment', stepKey: row.step_key },
-      'w1',
-      30_000,
-      async (tx, cl) => {
-        // Live while folded: the row is still as claimed from, and locked by this transaction.
-        await assertClaimLiveLocked(tx, cl);
-        return { state: 'running', evidence: null as never, code: null };
-      },
-    );
+    const { result } = await attachmentInClaim(async (tx, cl) => {
+      // Live while folded: the row is still as claimed from, and locked by this transaction.
+      await assertClaimLiveLocked(tx, cl);
+      return { state: 'running', evidence: null as never, code: null };
+    });
+    const { claim, outcome } = await result;
     expect(outcome.state).toBe('running');
     const step = await loadStep(t.db, claim.stepId);
     expect(step).toMatchObject({ state: 'running', generation: 1, attempt: 1, lease_owner: 'w1' });
@@ -88,24 +92,14 @@ describe('a claim folded into its record', () => {
   });
 
   it('once its folded record is issued, the claim is no longer live', async () => {
-    const { c } = await createGroupTask(t.db);
-    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
-    const apply = (defaultStepHandlers.workspace_attachment as StepHandler).applyInClaim!;
-    const { outcome } = await claimAndApplyLedgerStep(
-      t.db,
-      c.auth,
-      { kind: 'workspace_attachment', stepKey: row.step_key },
-      'w1',
-      30_000,
-      async (tx, cl, ctx) => {
-        await assertClaimLiveLocked(tx, cl);
-        const recorded = await apply(tx, cl, ctx);
-        // The row has left the claimed-from state, and it is not running under this claim either.
-        await expect(assertClaimLiveLocked(tx, cl)).rejects.toMatchObject({ code: 'stale_claim' });
-        return recorded;
-      },
-    );
-    expect(outcome.state).toBe('succeeded');
+    const { row, result } = await attachmentInClaim(async (tx, cl, ctx) => {
+      await assertClaimLiveLocked(tx, cl);
+      const recorded = await attach(tx, cl, ctx);
+      // The row has left the claimed-from state, and it is not running under this claim either.
+      await expect(assertClaimLiveLocked(tx, cl)).rejects.toMatchObject({ code: 'stale_claim' });
+      return recorded;
+    });
+    expect((await result).outcome.state).toBe('succeeded');
     expect(await loadStep(t.db, row.id)).toMatchObject({ state: 'succeeded', generation: 1, attempt: 1 });
   });
 
@@ -114,16 +108,10 @@ describe('a claim folded into its record', () => {
     ['permanent', 'failed'],
     ['ambiguous', 'unknown'],
   ] as const)('a %s failure folds too: the row goes straight to %s', async (cls, state) => {
-    const { c } = await createGroupTask(t.db);
-    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
-    const { outcome } = await claimAndApplyLedgerStep(
-      t.db,
-      c.auth,
-      { kind: 'workspace_attachment', stepKey: row.step_key },
-      'w1',
-      30_000,
-      (tx, cl, ctx) => failWithRowsLocked(tx, ctx!, cl, cls, 'test_failure', 'a failure made by the test', []),
+    const { row, result } = await attachmentInClaim((tx, cl, ctx) =>
+      failWithRowsLocked(tx, ctx!, cl, cls, 'test_failure', 'a failure made by the test', []),
     );
+    const { outcome } = await result;
     expect(outcome.state).toBe(state);
     const step = await loadStep(t.db, row.id);
     expect(step).toMatchObject({ state, generation: 1, attempt: 1, lease_owner: null, lease_expires_at: null });
@@ -138,21 +126,11 @@ describe('a claim folded into its record', () => {
   });
 
   it("a record after the claim's lease ran out is stale and leaves nothing", async () => {
-    const { c } = await createGroupTask(t.db);
-    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'workspace_attachment')!;
-    const apply = (defaultStepHandlers.workspace_attachment as StepHandler).applyInClaim!;
-    const late = claimAndApplyLedgerStep(
-      t.db,
-      c.auth,
-      { kind: 'workspace_attachment', stepKey: row.step_key },
-      'w1',
-      5,
-      async (tx, cl, ctx) => {
-        await new Promise((r) => setTimeout(r, 50));
-        return apply(tx, cl, ctx);
-      },
-    );
-    await expect(late).rejects.toMatchObject({ code: 'stale_claim' });
+    const { row, result } = await attachmentInClaim(async (tx, cl, ctx) => {
+      await new Promise((r) => setTimeout(r, 50));
+      return attach(tx, cl, ctx);
+    }, 5);
+    await expect(result).rejects.toMatchObject({ code: 'stale_claim' });
     expect(await loadStep(t.db, row.id)).toMatchObject({ state: 'planned', generation: 0, attempt: 0 });
   });
 });
