@@ -72,7 +72,7 @@ export async function makeGitRepo(parent: string = tmpdir()): Promise<string> {
 }
 
 /** One workspace with everything both creation shapes reference. */
-export async function seedBenchWorld(db: Db, scratch: string = tmpdir()): Promise<BenchWorld> {
+export async function seedBenchWorld(db: Db, scratch: string): Promise<BenchWorld> {
   const ws = await createWorkspace(db, { name: 'bench' });
   const token = await issueToken(db, ws.id, { principal_id: 'bench' });
   const workflow = await createWorkflow(db, ws.id, { name: 'bench', steps: [{ name: 'todo' }] });

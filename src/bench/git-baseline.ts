@@ -10,14 +10,13 @@
  * loop pays no Node fork per command (a fork of the bench's heap would make
  * the baseline slower than Git is).
  *
- * Contract: `measureGitBaseline(repo, count)` creates `count` branches and
- * worktrees of `repo`'s `main` in a scratch directory, times the loop, then
+ * Contract: `measureGitBaseline(repo, count, scratch)` creates `count` branches and
+ * worktrees of `repo`'s `main` in a directory under `scratch`, times the loop, then
  * removes the worktrees, their registrations and their branches, leaving
  * `repo` as it found it.
  */
 import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { promisify } from 'node:util';
@@ -37,11 +36,7 @@ while [ "$i" -lt "$2" ]; do
   i=$((i + 1))
 done`;
 
-export async function measureGitBaseline(
-  repo: string,
-  count: number,
-  scratch: string = tmpdir(),
-): Promise<GitBaseline> {
+export async function measureGitBaseline(repo: string, count: number, scratch: string): Promise<GitBaseline> {
   const trees = await mkdtemp(join(scratch, 'taskledger-bench-baseline-'));
   try {
     const started = performance.now();
