@@ -14,6 +14,7 @@ import { TaskLifecycle1796170380000 } from './1796170380000-TaskLifecycle';
 import { StagedAttachmentIndex1796170440000 } from './1796170440000-StagedAttachmentIndex';
 import { TaskEnvironmentTaskIndex1796170500000 } from './1796170500000-TaskEnvironmentTaskIndex';
 import { BarrierScopeIndex1796170560000 } from './1796170560000-BarrierScopeIndex';
+import { OutboxOperationIndex1796170620000 } from './1796170620000-OutboxOperationIndex';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -27,4 +28,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   StagedAttachmentIndex1796170440000,
   TaskEnvironmentTaskIndex1796170500000,
   BarrierScopeIndex1796170560000,
+  OutboxOperationIndex1796170620000,
 ];

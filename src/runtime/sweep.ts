@@ -58,22 +58,29 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   // The event that announces a launch: task.created for an immediate start, task.dependencies_resolved for a
   // deferred one (its delivery promoted the intent). Delivered means the dispatcher already sent this launch once;
   // a claim row appears when a launch worker takes it.
-  // Driven from the delivered announcing events: the window is a range on event_outbox (delivered_at, seq).
-  // `e.task_id = o.task_id` (always true: the event is its operation's task's) gives a plan that starts from the
-  // operations an index path to their event (uq_event_outbox_task_revision); without it, a fresh table's missing
-  // statistics made PostgreSQL join every completed operation against every event (102 ms for 786 rows).
+  // Driven from the delivered announcing events: the window is a range on event_outbox (delivered_at, seq). They
+  // are read first, as a materialized set (`announced`) that looks up each event's task by its primary key (a
+  // scalar subquery runs once per row), and each is then joined by its keys. Left to itself, a planner without
+  // statistics on fresh tables (PostgreSQL before autovacuum's first ANALYZE) guessed the task filter selective
+  // and joined every event against every task: 955 ms per sweep at 3,000 tasks, quadratic in them. Now the
+  // sweep's cost is its window's events, whatever the planner knows.
   const window =
     launchWindowMs === null
       ? ''
       : `AND e.delivered_at > ${db.dialect === 'postgres' ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'" : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND'}`;
   const launches = await readRows<{ operation_id: string; task_id: string; session_id: string }>(
     db,
-    `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM event_outbox e
+    `WITH announced AS ${db.dialect === 'postgres' ? 'MATERIALIZED ' : ''}(
+       SELECT e.operation_id, e.task_id, e.type,
+              (SELECT COUNT(*) FROM tasks t
+                WHERE t.id = e.task_id AND t.lifecycle_state <> 'deleted' AND t.queued_for_step_id IS NULL) AS launchable
+         FROM event_outbox e
+        WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
+          ${scope.replace('workspace_id', 'e.workspace_id')})
+     SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM announced e
        JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
-       JOIN tasks t ON t.id = o.task_id AND t.lifecycle_state <> 'deleted' AND t.queued_for_step_id IS NULL
-      WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
-        AND (e.type = 'task.dependencies_resolved' OR o.start_policy = 'immediate') ${scope.replace('workspace_id', 'e.workspace_id')}
+      WHERE e.launchable = 1 AND (e.type = 'task.dependencies_resolved' OR o.start_policy = 'immediate')
         AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
       LIMIT ${SWEEP_LIMIT}`,
     launchWindowMs === null ? scopeParams : [launchWindowMs, ...scopeParams],
@@ -94,7 +101,10 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   return { operations: ops.length, outboxWorkspaces: pending.length, launches: launches.length };
 }
 
-/** Admitted tasks (admitted within the window) whose armed launch has no dispatch claim yet. */
+/**
+ * Admitted tasks (admitted within the window) whose armed launch has no dispatch claim yet; the window's tasks are
+ * read first (ix_tasks_admitted_at), as the announcing events are above.
+ */
 async function recentAdmissions(db: Db, windowMs: number, workspaceId: string | undefined) {
   const since =
     db.dialect === 'postgres'
@@ -102,12 +112,14 @@ async function recentAdmissions(db: Db, windowMs: number, workspaceId: string | 
       : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND';
   return readRows<{ operation_id: string; task_id: string; session_id: string }>(
     db,
-    `SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM tasks t
+    `WITH admitted AS ${db.dialect === 'postgres' ? 'MATERIALIZED ' : ''}(
+       SELECT t.id, t.creation_operation_id FROM tasks t
+        WHERE t.admitted_at > ${since} AND t.wip_admitted = ? AND t.lifecycle_state <> 'deleted'
+          ${workspaceId === undefined ? '' : 'AND t.workspace_id = ?'})
+     SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM admitted t
        JOIN task_creation_operations o ON o.id = t.creation_operation_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
-      WHERE t.admitted_at > ${since} AND t.wip_admitted = ? AND t.lifecycle_state <> 'deleted'
-        ${workspaceId === undefined ? '' : 'AND t.workspace_id = ?'}
-        AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
+      WHERE NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
       LIMIT ${SWEEP_LIMIT}`,
     [windowMs, true, ...(workspaceId === undefined ? [] : [workspaceId])],
   );

@@ -316,6 +316,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
       indexes: {
         ix_event_outbox_delivered_at_seq: ['delivered_at', 'seq'],
         ix_event_outbox_workspace_seq: ['workspace_id', 'seq'],
+        ix_event_outbox_operation_workspace_seq: ['operation_id', 'workspace_id', 'seq'],
       },
       in: { type: OUTBOX_EVENT_TYPES },
     },

@@ -96,6 +96,13 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // OutboxOperationIndex: down() drops exactly its index.
+    expect(await indexesOf('event_outbox')).toContain('ix_event_outbox_operation_workspace_seq');
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await indexesOf('event_outbox')).not.toContain('ix_event_outbox_operation_workspace_seq');
+    expect(await indexesOf('event_outbox')).toContain('ix_event_outbox_workspace_seq');
+    expect(await readTables(ds)).toEqual(all);
+
     // BarrierScopeIndex: down() drops exactly its index.
     const barrierIndex = 'ix_archive_membership_barriers_scope_state';
     expect(await indexesOf('archive_membership_barriers')).toContain(barrierIndex);
@@ -146,13 +153,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 7);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 8);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 8);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 9);
 
-    for (let i = 8; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 9; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

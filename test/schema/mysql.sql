@@ -57,6 +57,7 @@ CREATE TABLE `event_outbox` (
   UNIQUE KEY `uq_event_outbox_task_revision` (`task_id`,`revision`),
   KEY `ix_event_outbox_delivered_at_seq` (`delivered_at`,`seq`),
   KEY `ix_event_outbox_workspace_seq` (`workspace_id`,`seq`),
+  KEY `ix_event_outbox_operation_workspace_seq` (`operation_id`,`workspace_id`,`seq`),
   CONSTRAINT `chk_event_outbox_type` CHECK (`type` collate utf8mb4_nopad_bin in ('task.created','task.deleted','task.dependencies_resolved'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

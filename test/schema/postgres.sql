@@ -931,6 +931,12 @@ CREATE INDEX ix_archive_membership_barriers_scope_state ON public.archive_member
 CREATE INDEX ix_event_outbox_delivered_at_seq ON public.event_outbox USING btree (delivered_at, seq);
 
 --
+-- Name: ix_event_outbox_operation_workspace_seq; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_event_outbox_operation_workspace_seq ON public.event_outbox USING btree (operation_id, workspace_id, seq);
+
+--
 -- Name: ix_event_outbox_workspace_seq; Type: INDEX; Schema: public; Owner: -
 --
 
