@@ -31,6 +31,12 @@ export interface BenchOptions {
   pacedShapes: Shape[];
   /** Unmeasured creations per shape before the measured runs (JIT, pools, caches). */
   warmup: number;
+  /**
+   * Unmeasured DB-shape creations the fleet makes once, right after it starts and before any shape: three fresh
+   * Node processes compile their hot code with V8's optimizing compiler over the first thousand or so creations,
+   * and a short run would otherwise bill that one-off work to each creation it measures.
+   */
+  fleetWarmup: number;
   /** Run the launch role (agent command `true`) in the worker processes. */
   launch: boolean;
   /** Measure the raw-SQL ceiling. */
@@ -69,6 +75,9 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --shapes db,git                 creation shapes (default db,git)
   --paced-shapes db,git           shapes that also get a paced run (default db)
   --warmup N                      unmeasured creations per shape first (default 30)
+  --fleet-warmup N                unmeasured DB-shape creations the fresh fleet makes once, before any shape,
+                                  so its JIT compilation is done before anything is measured (default 600;
+                                  0 skips)
   --no-launch                     do not run the launch role (agents are never started)
   --no-ceiling                    skip the raw-SQL ceiling
   --serial N                      DB-shape creations one at a time, for the serial p50 (default 100; 0 skips)
@@ -82,8 +91,8 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --json FILE                     also write the results as JSON
   --scratch DIR                   where the run's data directory and repositories go (default /dev/shm when
                                   writable, else the OS temp directory; also TASKLEDGER_BENCH_SCRATCH)
-  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 10/s for 2 s,
-                                  10 serial creations, 10 baseline worktrees, 5 s peer runs
+  --quick                         a smoke run: 40 tasks, 1 worker, concurrency 4, 10/s for 2 s, 10 serial
+                                  creations, 10 baseline worktrees, 5 s peer runs, a 5-creation fleet warm-up
 Databases: TASKLEDGER_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/taskledger_bench),
 TASKLEDGER_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/taskledger_bench); each is
 DROPPED, recreated and migrated per run. Redis: TASKLEDGER_REDIS_URL (a fresh queue prefix per run).`;
@@ -172,6 +181,7 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
         shapes: { type: 'string' },
         'paced-shapes': { type: 'string' },
         warmup: { type: 'string' },
+        'fleet-warmup': { type: 'string' },
         'no-launch': { type: 'boolean' },
         'no-ceiling': { type: 'boolean' },
         serial: { type: 'string' },
@@ -205,6 +215,7 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
     shapes,
     pacedShapes,
     warmup,
+    fleetWarmup: positiveInt('fleet-warmup', values['fleet-warmup'], quick ? 5 : 600, 0),
     launch: values['no-launch'] !== true,
     ceiling: values['no-ceiling'] !== true,
     peer: values['no-peer'] !== true,

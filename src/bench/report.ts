@@ -30,7 +30,7 @@ export const SHAPE_TABLE_HEADER = [
 export function renderDialect(r: DialectResult): string {
   const lines: string[] = [];
   lines.push(
-    `${r.dialect}: ${r.serverVersion.split(' on ')[0]} · ${r.url} · ${r.workers} worker process(es) · concurrency ${r.concurrency} · launch ${r.launch ? 'on (agent `true`)' : 'off'}`,
+    `${r.dialect}: ${r.serverVersion.split(' on ')[0]} · ${r.url} · ${r.workers} worker process(es) · concurrency ${r.concurrency} · launch ${r.launch ? 'on (agent `true`)' : 'off'} · fleet warmed up with ${r.fleetWarmup} db creations`,
   );
   lines.push(
     `  1-minute load average ${fmt(r.loadAverage.start, 2)} at the start, ${fmt(r.loadAverage.end, 2)} at the end` +

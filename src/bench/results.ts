@@ -69,6 +69,8 @@ export interface DialectResult {
   workers: number;
   concurrency: number;
   launch: boolean;
+  /** DB-shape creations the fresh fleet made before any shape, unmeasured (`--fleet-warmup`). */
+  fleetWarmup: number;
   ceiling: CeilingResult | null;
   shapes: ShapeResult[];
   workerRssMb: number[];

@@ -82,6 +82,7 @@ function result(shape: ShapeResult | null, ceilingPerSecond: number, workerRssMb
     workers: 2,
     concurrency: 16,
     launch: true,
+    fleetWarmup: 600,
     ceiling,
     shapes: shape ? [shape] : [],
     peer: null,

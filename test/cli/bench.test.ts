@@ -54,6 +54,7 @@ describe('taskledger bench', () => {
       ...(parseBenchArgs(['--quick', '--dialect', config.dialect], {}) as BenchOptions),
       tasks: 3,
       warmup: 1,
+      fleetWarmup: 2,
       concurrency: 2,
       // One creation a second never overloads even a busy machine, so no second (sustainable) paced run.
       rate: 1,
@@ -113,6 +114,11 @@ describe('taskledger bench', () => {
         "SELECT lifecycle_state, COUNT(*) AS n FROM tasks WHERE title = 'bench ceiling task' GROUP BY lifecycle_state",
       );
       expect(rows.map((r) => [r.lifecycle_state, Number(r.n) > 0])).toEqual([['deleted', true]]);
+      // The fleet's warm-up: DB-shape creations of its own, all completed, before any shape ran.
+      const warm: { creation_state: string; n: number | string }[] = await ds.query(
+        "SELECT creation_state, COUNT(*) AS n FROM tasks WHERE title LIKE 'bench db fleet-warmup %' GROUP BY creation_state",
+      );
+      expect(warm.map((r) => [r.creation_state, Number(r.n)])).toEqual([['completed', 2]]);
     } finally {
       await ds.destroy();
     }
@@ -120,6 +126,8 @@ describe('taskledger bench', () => {
     const text = renderReport(report);
     expect(text).toContain(SHAPE_TABLE_HEADER.join('  ').slice(0, 5));
     expect(text).toContain(`scratch ${options.scratch}`);
+    expect(d.fleetWarmup).toBe(2);
+    expect(text).toContain('fleet warmed up with 2 db creations');
     for (const word of ['creations/s', 'p99 ms', 'ceiling', 'targets:', 'peer', 'git baseline', config.dialect])
       expect(text).toContain(word);
   }, 120_000);
