@@ -30,18 +30,12 @@ function invalid(field: string, message: string): ValidationError {
   return new ValidationError(field, message, 'invalid_document');
 }
 
+/**
+ * True when `s` holds a UTF-16 surrogate without its pair. Node 20's native `String.prototype.isWellFormed`
+ * (ES2024) answers it without a per-character loop in JavaScript.
+ */
 function hasLoneSurrogate(s: string): boolean {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const next = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
-      if (next < 0xdc00 || next > 0xdfff) return true;
-      i++;
-    } else if (c >= 0xdc00 && c <= 0xdfff) {
-      return true;
-    }
-  }
-  return false;
+  return !(s as string & { isWellFormed(): boolean }).isWellFormed();
 }
 
 function describe(value: unknown): string {
