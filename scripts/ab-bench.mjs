@@ -60,6 +60,14 @@ if (!existsSync(tree)) {
 }
 run('npm', ['run', 'build'], tree);
 
+// Both sides warm their fleet alike: a base from before `--fleet-warmup` (9eaa3af) has no fleet warm-up, so this
+// checkout then runs without one too.
+const helpOf = (cwd) => spawnSync('node', ['bin/taskledger.mjs', 'bench', '--help'], { cwd, encoding: 'utf8' });
+const baseHelp = helpOf(tree);
+const baseWarms = /--fleet-warmup/.test(`${baseHelp.stdout}${baseHelp.stderr}`);
+const warmArgs = (label) => (label === 'this' && !baseWarms ? ['--fleet-warmup', '0'] : []);
+if (!baseWarms) console.error('ab-bench: the base has no --fleet-warmup; this checkout runs without one too');
+
 /** One throughput run of the DB shape in `cwd`: creations/s and CPU ms per creation by process. */
 function bench(cwd, label, i) {
   const json = join(tmpdir(), `taskledger-ab-${process.pid}-${label}-${i}.json`);
@@ -82,6 +90,7 @@ function bench(cwd, label, i) {
       '1',
       '--json',
       json,
+      ...warmArgs(label),
     ],
     cwd,
   );
