@@ -38,6 +38,7 @@ import { findRecoveryCandidates, sweepWakeups } from './sweep';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { findRunningWorkspaceDeletions } from '../store/workspace-deletion';
 import { DEFAULT_STAGED_TTL_MS, runStagedPasses, type StagedPassClock } from './staged-expiry';
+import { afterScan, nextLaunchScan, type LaunchScanState } from './launch-window';
 
 export interface ReaperDeps extends RecoverDeps {
   /** Limit the sweep to one workspace (a per-tenant reaper; tests sharing a database). Default: all. */
@@ -95,16 +96,8 @@ export interface SweepReport {
 /** Why 200: a sweep's work stays bounded; the next sweep continues. */
 const BATCH = 200;
 
-/**
- * Why 15 minutes: far longer than any gap between two sweeps of a live
- * reaper (default 5 s), so a launch stranded (its task.created delivered, its
- * wake-up lost) while this reaper runs is always inside the window; one
- * stranded while no reaper ran is found by the full scan of the next reaper
- * to start.
- */
-const LAUNCH_WINDOW_MS = 15 * 60_000;
-/** Reapers (by their deps) that have done their full stranded-launch scan. */
-const launchScanned = new WeakSet<ReaperDeps>();
+/** Per reaper (by its deps): its stranded-launch scans so far (src/runtime/launch-window.ts). */
+const launchScans = new WeakMap<ReaperDeps, LaunchScanState>();
 
 export function emptySweepReport(): SweepReport {
   return {
@@ -283,8 +276,10 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
     });
   }
   report.deletions = await runPendingDeletions(deps);
-  // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window.
-  const full = !launchScanned.has(deps);
+  // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window:
+  // 15 minutes once a minute, the time since the previous scan otherwise (launch-window.ts).
+  const scanStartedAt = performance.now();
+  const scan = nextLaunchScan(launchScans.get(deps), scanStartedAt);
   report.deferred = await retryUnpromotedStarts(
     {
       db: deps.effects.db,
@@ -294,14 +289,14 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
       workspaceId: deps.workspaceId,
       backoff: deferredBackoffOf(deps),
     },
-    full ? null : LAUNCH_WINDOW_MS,
+    scan.windowMs,
   );
   if (deps.queues) {
     const w = await sweepWakeups(deps.effects.db, deps.queues, {
       workspaceId: deps.workspaceId,
-      launchWindowMs: full ? null : LAUNCH_WINDOW_MS,
+      launchWindowMs: scan.windowMs,
     });
-    launchScanned.add(deps);
+    launchScans.set(deps, afterScan(launchScans.get(deps), scan, scanStartedAt));
     report.wakeups = w.operations + w.outboxWorkspaces + w.launches;
   }
   if (deps.metrics) {
