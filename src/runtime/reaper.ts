@@ -59,6 +59,8 @@ export interface ReaperDeps extends RecoverDeps {
   stuckAfterMs?: number;
   /** How long a staged upload may wait for a claim before it expires (TASKLEDGER_STAGED_TTL_MS). Default 7 days. */
   stagedTtlMs?: number;
+  /** This reaper's monotonic clock in ms, which schedules its stranded-launch scans. Default `performance.now`. */
+  monotonicNow?: () => number;
 }
 
 export interface SweepReport {
@@ -278,7 +280,7 @@ export async function sweepOnce(deps: ReaperDeps): Promise<SweepReport> {
   report.deletions = await runPendingDeletions(deps);
   // The first sweep of a reaper looks for stranded launches in the whole ledger, later ones in a recent window:
   // 15 minutes once a minute, the time since the previous scan otherwise (launch-window.ts).
-  const scanStartedAt = performance.now();
+  const scanStartedAt = (deps.monotonicNow ?? (() => performance.now()))();
   const scan = nextLaunchScan(launchScans.get(deps), scanStartedAt);
   report.deferred = await retryUnpromotedStarts(
     {

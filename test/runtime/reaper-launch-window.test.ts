@@ -1,0 +1,81 @@
+/**
+ * The reaper's stranded-launch scans over time (src/runtime/launch-window.ts,
+ * driven by `sweepOnce` with the reaper's clock in the test's hands): a launch
+ * stranded five minutes ago is re-sent by the first (full) scan; when that
+ * wake-up is lost again, the short scans that follow (the gap and a minute)
+ * do not read back that far, and the long scan a minute after the first
+ * re-sends it. Both dialects.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { launchJobId, LAUNCH_QUEUE } from '../../queues/names';
+import { QueueSet } from '../../src/coordinator/queues';
+import { createProviderRegistry } from '../../src/providers/registry';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import { silentLogger } from '../../src/log';
+import { createRedis } from '../../src/runtime/redis';
+import { sweepOnce, type ReaperDeps } from '../../src/runtime/reaper';
+import { completeTaskCreation } from '../../src/store/complete';
+import type { OperationAuthority } from '../../src/store/types';
+import { sql, useTestDb } from '../support/db';
+import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+
+const t = useTestDb();
+const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
+const queues = new QueueSet(redis, `tl-reaper-window-${randomUUID()}`);
+afterAll(async () => {
+  for (const q of queues.all()) await q.obliterate({ force: true });
+  await queues.close();
+  redis.disconnect();
+});
+
+describe("a reaper's stranded-launch scans over time", () => {
+  it('re-send a launch stranded five minutes ago from the full scan, then from the long scan a minute later', async () => {
+    const ws = await seedWorkspace(t.db);
+    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
+    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
+    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+    // Delivered five minutes ago by a dispatcher whose launch wake-up was then lost.
+    const fiveMinutesAgo = t.db.dialect === 'postgres' ? "now() - interval '5 minutes'" : 'NOW(3) - INTERVAL 5 MINUTE';
+    await sql(t.db, `UPDATE event_outbox SET delivered_at = ${fiveMinutesAgo} WHERE operation_id = ?`, [
+      res.operationId,
+    ]);
+    const sessionId = (await stepRows(t.db, res.operationId)).find((s) => s.kind === 'launch_intent')!.step_key;
+    const launchJob = () => queues.get(LAUNCH_QUEUE).getJob(launchJobId(res.operationId, sessionId));
+    const lose = () => queues.get(LAUNCH_QUEUE).obliterate({ force: true });
+
+    let now = 1_000_000;
+    const deps: ReaperDeps = {
+      effects: {
+        db: t.db,
+        dataDir: ws.dataDir,
+        providers: createProviderRegistry({ timeoutMs: 3000 }),
+        log: silentLogger(),
+        timeoutMs: 3000,
+      },
+      handlers: defaultStepHandlers,
+      queues,
+      log: silentLogger(),
+      actor: 'reaper:window',
+      workspaceId: ws.workspaceId,
+      monotonicNow: () => now,
+    };
+
+    expect((await sweepOnce(deps)).wakeups).toBeGreaterThanOrEqual(1);
+    expect((await launchJob())?.data).toEqual({ operationId: res.operationId, taskId: res.task.id, sessionId });
+    await lose();
+
+    // Short scans (5 s, then 5 s more, and a minute's margin) do not reach five minutes back.
+    for (let i = 0; i < 11; i++) {
+      now += 5_000;
+      await sweepOnce(deps);
+      expect(await launchJob()).toBeUndefined();
+    }
+    // A minute after the full scan: the long scan (15 minutes) re-sends it.
+    now += 5_000;
+    await sweepOnce(deps);
+    expect(await launchJob()).toBeDefined();
+  });
+});
