@@ -10,15 +10,13 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import { launchJobId, LAUNCH_QUEUE } from '../../queues/names';
 import { QueueSet } from '../../src/coordinator/queues';
-import { createProviderRegistry } from '../../src/providers/registry';
-import { defaultStepHandlers } from '../../src/kinds/registry';
-import { silentLogger } from '../../src/log';
 import { createRedis } from '../../src/runtime/redis';
-import { sweepOnce, type ReaperDeps } from '../../src/runtime/reaper';
+import { sweepOnce } from '../../src/runtime/reaper';
 import { completeTaskCreation } from '../../src/store/complete';
 import type { OperationAuthority } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { testReaper } from '../support/reaper';
 import { seedWorkspace } from '../support/seed';
 
 const t = useTestDb();
@@ -47,21 +45,7 @@ describe("a reaper's stranded-launch scans over time", () => {
     const lose = () => queues.get(LAUNCH_QUEUE).obliterate({ force: true });
 
     let now = 1_000_000;
-    const deps: ReaperDeps = {
-      effects: {
-        db: t.db,
-        dataDir: ws.dataDir,
-        providers: createProviderRegistry({ timeoutMs: 3000 }),
-        log: silentLogger(),
-        timeoutMs: 3000,
-      },
-      handlers: defaultStepHandlers,
-      queues,
-      log: silentLogger(),
-      actor: 'reaper:window',
-      workspaceId: ws.workspaceId,
-      monotonicNow: () => now,
-    };
+    const deps = testReaper(t.db, ws, 'reaper:window', { queues, monotonicNow: () => now });
 
     expect((await sweepOnce(deps)).wakeups).toBeGreaterThanOrEqual(1);
     expect((await launchJob())?.data).toEqual({ operationId: res.operationId, taskId: res.task.id, sessionId });

@@ -6,38 +6,22 @@
  * operations. Both dialects.
  */
 import { describe, expect, it } from 'vitest';
-import { silentLogger } from '../../src/log';
-import { createProviderRegistry } from '../../src/providers/registry';
 import { recoverOperation } from '../../src/runtime/recover';
 import { sweepOnce, type ReaperDeps } from '../../src/runtime/reaper';
-import { defaultStepHandlers } from '../../src/kinds/registry';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import { failTaskCreationStep } from '../../src/store/step-results';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { permanentFailure } from '../support/evidence';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { testReaper } from '../support/reaper';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 
 const t = useTestDb(10);
 const ROUNDS = 10;
 
 function reaper(ws: SeededWorkspace, actor: string): ReaperDeps {
-  return {
-    effects: {
-      db: t.db,
-      dataDir: ws.dataDir,
-      providers: createProviderRegistry({ timeoutMs: 3000 }),
-      log: silentLogger(),
-      timeoutMs: 3000,
-    },
-    handlers: defaultStepHandlers,
-    queues: null,
-    log: silentLogger(),
-    actor,
-    workspaceId: ws.workspaceId,
-    quietMs: 0,
-  };
+  return testReaper(t.db, ws, actor, { quietMs: 0 });
 }
 
 /** A creation whose steps all succeeded: Complete is the one legal action. */
