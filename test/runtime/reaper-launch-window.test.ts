@@ -12,10 +12,8 @@ import { launchJobId, LAUNCH_QUEUE } from '../../queues/names';
 import { QueueSet } from '../../src/coordinator/queues';
 import { createRedis } from '../../src/runtime/redis';
 import { sweepOnce } from '../../src/runtime/reaper';
-import { completeTaskCreation } from '../../src/store/complete';
-import type { OperationAuthority } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
-import { begin, driveAllSteps, stepRows } from '../support/ledger';
+import { settledTask, stepRows } from '../support/ledger';
 import { testReaper } from '../support/reaper';
 import { seedWorkspace } from '../support/seed';
 
@@ -31,10 +29,7 @@ afterAll(async () => {
 describe("a reaper's stranded-launch scans over time", () => {
   it('re-send a launch stranded five minutes ago from the full scan, then from the long scan a minute later', async () => {
     const ws = await seedWorkspace(t.db);
-    const res = await begin(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
-    const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-    await driveAllSteps(t.db, auth, res.operationId, ws.dataDir);
-    expect((await completeTaskCreation(t.db, auth)).outcome).toBe('Created');
+    const res = await settledTask(t.db, ws, { start_agent: true, agent_profile_id: ws.agentProfileId });
     // Delivered five minutes ago by a dispatcher whose launch wake-up was then lost.
     const fiveMinutesAgo = t.db.dialect === 'postgres' ? "now() - interval '5 minutes'" : 'NOW(3) - INTERVAL 5 MINUTE';
     await sql(t.db, `UPDATE event_outbox SET delivered_at = ${fiveMinutesAgo} WHERE operation_id = ?`, [
