@@ -7,7 +7,10 @@
  * normalised by the API process's (code a lever rarely touches), which moves
  * with the machine's speed and so cancels most of its noise.
  *
- * Usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--pairs 3] [--tasks 600] [--pause 10] [--keep]
+ * Usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--shape db|git] [--pairs 3] [--tasks 600] [--pause 10] [--keep]
+ *
+ * `--shape git` measures the Git shape instead, and also prints each run's
+ * ratio to the bare `git worktree add -b` loop the bench runs beside it.
  *
  * BASE_REF is checked out into a worktree under the system's temp directory
  * (removed at the end unless --keep), shares this checkout's node_modules,
@@ -25,20 +28,29 @@ const flag = (name, fallback) => {
   const at = args.indexOf(name);
   return at >= 0 ? args[at + 1] : fallback;
 };
-const VALUED = new Set(['--dialect', '--pairs', '--tasks', '--pause']);
+const VALUED = new Set(['--dialect', '--shape', '--pairs', '--tasks', '--pause']);
 const base = args.find((a, i) => !a.startsWith('--') && !VALUED.has(args[i - 1]));
 if (!base || args.includes('--help')) {
   console.error(
-    'usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--pairs 3] [--tasks 600] [--pause 10] [--keep]',
+    'usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--shape db|git] [--pairs 3] [--tasks 600] [--pause 10] [--keep]',
   );
   process.exit(base ? 0 : 2);
 }
 const dialect = flag('--dialect', 'postgres');
+const shapeName = flag('--shape', 'db');
 const pairs = Number(flag('--pairs', '3'));
 const tasks = Number(flag('--tasks', '600'));
 const pauseS = Number(flag('--pause', '10'));
-if (!['postgres', 'mysql'].includes(dialect) || !(pairs > 0) || !(tasks > 0) || !(pauseS >= 0)) {
-  console.error('ab-bench: --dialect is postgres or mysql; --pairs, --tasks are positive, --pause is not negative');
+if (
+  !['postgres', 'mysql'].includes(dialect) ||
+  !['db', 'git'].includes(shapeName) ||
+  !(pairs > 0) ||
+  !(tasks > 0) ||
+  !(pauseS >= 0)
+) {
+  console.error(
+    'ab-bench: --dialect is postgres or mysql; --shape is db or git; --pairs, --tasks are positive, --pause is not negative',
+  );
   process.exit(2);
 }
 
@@ -68,7 +80,7 @@ const baseWarms = /--fleet-warmup/.test(`${baseHelp.stdout}${baseHelp.stderr}`);
 const warmArgs = (label) => (label === 'this' && !baseWarms ? ['--fleet-warmup', '0'] : []);
 if (!baseWarms) console.error('ab-bench: the base has no --fleet-warmup; this checkout runs without one too');
 
-/** One throughput run of the DB shape in `cwd`: creations/s and CPU ms per creation by process. */
+/** One throughput run of the shape in `cwd`: creations/s, CPU ms per creation by process, and the Git loop's ratio. */
 function bench(cwd, label, i) {
   const json = join(tmpdir(), `taskledger-ab-${process.pid}-${label}-${i}.json`);
   run(
@@ -79,7 +91,7 @@ function bench(cwd, label, i) {
       '--dialect',
       dialect,
       '--shapes',
-      'db',
+      shapeName,
       '--tasks',
       String(tasks),
       '--no-ceiling',
@@ -96,8 +108,9 @@ function bench(cwd, label, i) {
   );
   const report = JSON.parse(readFileSync(json, 'utf8'));
   rmSync(json, { force: true });
-  const shape = report.dialects[0].shapes.find((s) => s.shape === 'db');
-  return { perSecond: shape.creationsPerSecond, cpu: shape.cpu };
+  const shape = report.dialects[0].shapes.find((s) => s.shape === shapeName);
+  const loop = report.dialects[0].gitBaseline?.perSecond;
+  return { perSecond: shape.creationsPerSecond, cpu: shape.cpu, ratio: loop ? shape.creationsPerSecond / loop : null };
 }
 
 const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
@@ -113,7 +126,7 @@ try {
       runs[label].push(r);
       const c = r.cpu;
       console.log(
-        `${label.padEnd(4)} ${dialect} #${i}: ${fmt(r.perSecond)} creations/s; CPU ms per creation: API ${fmt(c?.api)}, workers ${fmt(c?.workers)}, database ${fmt(c?.database)}`,
+        `${label.padEnd(4)} ${dialect} ${shapeName} #${i}: ${fmt(r.perSecond)} creations/s${r.ratio === null ? '' : ` (${r.ratio.toFixed(2)}x the Git loop)`}; CPU ms per creation: API ${fmt(c?.api)}, workers ${fmt(c?.workers)}, database ${fmt(c?.database)}`,
       );
       await sleep(pauseS);
     }
@@ -131,6 +144,7 @@ const side = (label) => {
   const withCpu = rs.filter((r) => r.cpu && r.cpu.api > 0);
   return {
     perSecond: mean(rs.map((r) => r.perSecond)),
+    ratio: rs.every((r) => r.ratio !== null) ? mean(rs.map((r) => r.ratio)) : null,
     database: withCpu.length ? mean(withCpu.map((r) => r.cpu.database / r.cpu.api)) : null,
     workers: withCpu.length ? mean(withCpu.map((r) => r.cpu.workers / r.cpu.api)) : null,
   };
@@ -139,7 +153,7 @@ const b = side('base');
 const t = side('this');
 const pct = (x, y) => (x === null || y === null ? '-' : `${(((y - x) / x) * 100).toFixed(1)} %`);
 console.log(
-  `\n${dialect}, ${pairs} pair(s) of ${tasks} creations: base ${fmt(b.perSecond)}/s, this ${fmt(t.perSecond)}/s (${pct(b.perSecond, t.perSecond)})`,
+  `\n${dialect} ${shapeName} shape, ${pairs} pair(s) of ${tasks} creations: base ${fmt(b.perSecond)}/s, this ${fmt(t.perSecond)}/s (${pct(b.perSecond, t.perSecond)})${b.ratio === null || t.ratio === null ? '' : `; to the Git loop ${b.ratio.toFixed(2)}x -> ${t.ratio.toFixed(2)}x`}`,
 );
 console.log(
   `CPU per creation over the API's: database ${b.database?.toFixed(2) ?? '-'} -> ${t.database?.toFixed(2) ?? '-'} (${pct(b.database, t.database)}), workers ${b.workers?.toFixed(2) ?? '-'} -> ${t.workers?.toFixed(2) ?? '-'} (${pct(b.workers, t.workers)})`,

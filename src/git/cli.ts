@@ -13,8 +13,10 @@
  *   `listWorktrees`, `absoluteGitDir`, `headCommit`, `currentBranch`) answer
  *   `false`/`null` for "not there" and reject only when Git itself could not
  *   answer (timeout, crash).
- * - `repositoryPreflight` answers "base commit there? branch there?" with one
- *   process, for the hot path of a new worktree.
+ * - `repositoryPreflight` answers "base commit there? branch there?" for the
+ *   hot path of a new worktree: from Git's files when they prove the usual
+ *   answer (a loose base commit, no branch; src/git/files.ts), else with one
+ *   `cat-file` process.
  * - `isLockContention(err)`: another Git process holds a `.lock` file.
  * - `addWorktree` runs one `git worktree add` per repository at a time within
  *   a process: concurrent adds in one repository make Git read each other's
@@ -25,6 +27,7 @@
  */
 import { runCommand } from '../launch/shared-spawner';
 import type { RunResult } from '../launch/spawner';
+import { fileRef, filesRepository, hasLooseObject } from './files';
 import { readdir, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
@@ -104,9 +107,11 @@ export interface RepositoryPreflight {
 }
 
 /**
- * One `git cat-file --batch-check` answers what a new worktree needs to know before it is made: whether
- * the base commit exists and whether the branch does. Null when Git does not answer there (not a
- * repository, a missing directory): the caller then asks `isGitRepository` for the precise reason.
+ * What a new worktree needs to know before it is made: whether the base commit exists and whether the
+ * branch does. The usual answer (the base commit is a loose object, the branch is in neither the loose nor
+ * the packed refs) is read from Git's files; any other is one `git cat-file --batch-check`. Null when Git
+ * does not answer there (not a repository, a missing directory): the caller then asks `isGitRepository`
+ * for the precise reason.
  */
 export async function repositoryPreflight(
   repo: string,
@@ -114,6 +119,14 @@ export async function repositoryPreflight(
   branch: string,
   timeoutMs: number,
 ): Promise<RepositoryPreflight | null> {
+  const common = await filesRepository(repo);
+  if (common !== null) {
+    const [commit, branchRef] = await Promise.all([
+      hasLooseObject(common, baseCommit),
+      fileRef(common, `refs/heads/${branch}`),
+    ]);
+    if (commit && branchRef === 'absent') return { commit: true, branchAt: null };
+  }
   let out: string;
   try {
     out = await runGit(

@@ -1,6 +1,7 @@
 /**
- * The Git hot path of a new worktree: the preflight (`cat-file
- * --batch-check`), the one-process inspection of a linked worktree, the
+ * The Git hot path of a new worktree: the preflight (Git's files, else
+ * `cat-file --batch-check`), the inspection of a linked worktree (its files,
+ * else one `rev-parse`), the
  * `.git` file read, and Git commands run from the spawner helper. Each must
  * say exactly what the full inspection (`worktree list` and friends) says, or
  * decline (null) so the caller inspects in full. Real Git, no database.
@@ -12,6 +13,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { makeGitRepo } from '../../src/bench/database';
 import { GitCommandError, repositoryPreflight, runGit } from '../../src/git/cli';
+import { fileRef, filesRepository, hasLooseObject, ownedByMe } from '../../src/git/files';
 import {
   inspectLinkedWorktree,
   inspectWorktree,
@@ -91,6 +93,89 @@ describe('inspectLinkedWorktree', () => {
       git(other, 'worktree', 'add', '-q', '-b', 'tl/three', foreign, 'main');
       expect(await inspectLinkedWorktree(repo, foreign, 'tl/three', T)).toBeNull();
       expect(await linkedGitDir(repo)).toBeNull();
+    } finally {
+      await rm(other, { recursive: true, force: true });
+    }
+  });
+});
+
+/**
+ * Git's files, read without a Git process. `GIT_DIR` pointed at nothing makes every Git command this process
+ * starts fail, so an answer given meanwhile came from the files; and where the files do not prove an answer
+ * (packed objects, a packed branch, a detached HEAD) the same call then has none, and Git gives it again once
+ * `GIT_DIR` is gone.
+ */
+describe("from Git's files", () => {
+  const withoutGit = async <R>(fn: () => Promise<R>): Promise<R> => {
+    process.env.GIT_DIR = join(trees, 'no-such-git-dir');
+    try {
+      return await fn();
+    } finally {
+      delete process.env.GIT_DIR;
+    }
+  };
+
+  it('the preflight proves a loose base commit and no branch from the files alone', async () => {
+    expect(await withoutGit(() => repositoryPreflight(repo, base, 'feature/y', T))).toEqual({
+      commit: true,
+      branchAt: null,
+    });
+    // A branch that exists, loose or packed, is Git's to answer.
+    git(repo, 'branch', 'feature/y', base);
+    expect(await withoutGit(() => repositoryPreflight(repo, base, 'feature/y', T))).toBeNull();
+    git(repo, 'pack-refs', '--all');
+    expect(await fileRef(join(repo, '.git'), 'refs/heads/feature/y')).toBeNull();
+    expect(await withoutGit(() => repositoryPreflight(repo, base, 'feature/y', T))).toBeNull();
+    expect(await repositoryPreflight(repo, base, 'feature/y', T)).toEqual({ commit: true, branchAt: base });
+  });
+
+  it('the preflight asks Git for a packed base commit, and for a repository whose refs are not plain files', async () => {
+    git(repo, 'gc', '-q');
+    expect(await hasLooseObject(join(repo, '.git'), base)).toBe(false);
+    expect(await withoutGit(() => repositoryPreflight(repo, base, 'tl/z', T))).toBeNull();
+    expect(await repositoryPreflight(repo, base, 'tl/z', T)).toEqual({ commit: true, branchAt: null });
+    expect(await filesRepository(join(repo, 'no-such-dir'))).toBeNull();
+    expect(await filesRepository(trees)).toBeNull();
+    const wt = join(trees, 'wt');
+    git(repo, 'worktree', 'add', '-q', '-b', 'tl/wt', wt, base);
+    expect(await filesRepository(wt)).toBeNull();
+    expect(await filesRepository(repo)).toBe(join(repo, '.git'));
+  });
+
+  it('reads refs exactly: a loose commit, absent, or null for what only Git can say', async () => {
+    const common = join(repo, '.git');
+    expect(await fileRef(common, 'refs/heads/main')).toEqual({ oid: base });
+    expect(await fileRef(common, 'refs/heads/none')).toBe('absent');
+    expect(await fileRef(common, 'refs/heads/main/below')).toBeNull();
+    expect(await fileRef(common, 'refs/heads/../HEAD')).toBeNull();
+    expect(await fileRef(common, 'HEAD')).toBeNull();
+    git(repo, 'symbolic-ref', 'refs/heads/alias', 'refs/heads/main');
+    expect(await fileRef(common, 'refs/heads/alias')).toBeNull();
+    expect(await ownedByMe(repo)).toBe(true);
+    expect(await ownedByMe(join(trees, 'nothing'))).toBe(false);
+  });
+
+  it('a new worktree is proven from its files; a detached or packed one is left to Git', async () => {
+    const path = join(trees, 'wt');
+    git(repo, 'worktree', 'add', '-q', '-b', 'tl/files', path, base);
+    const fast = await withoutGit(() => inspectLinkedWorktree(repo, path, 'tl/files', T));
+    expect(fast).toMatchObject({ registered: true, checkedOut: 'refs/heads/tl/files', head: base, branchAt: base });
+    expect(fast).toEqual(await inspectWorktree(repo, path, 'tl/files', T));
+    git(repo, 'pack-refs', '--all');
+    expect(await withoutGit(() => inspectLinkedWorktree(repo, path, 'tl/files', T))).toBeNull();
+    expect(await inspectLinkedWorktree(repo, path, 'tl/files', T)).toEqual(fast);
+    git(path, 'checkout', '-q', '--detach');
+    expect(await withoutGit(() => inspectLinkedWorktree(repo, path, 'tl/files', T))).toBeNull();
+    expect(await inspectLinkedWorktree(repo, path, 'tl/files', T)).toMatchObject({ checkedOut: null, head: base });
+  });
+
+  it("a worktree whose administrative directory is another repository's is not proven registered", async () => {
+    const other = await makeGitRepo();
+    try {
+      const foreign = join(trees, 'foreign');
+      git(other, 'worktree', 'add', '-q', '-b', 'tl/f', foreign, 'main');
+      expect(await withoutGit(() => inspectLinkedWorktree(other, foreign, 'tl/f', T))).not.toBeNull();
+      expect(await withoutGit(() => inspectLinkedWorktree(repo, foreign, 'tl/f', T))).toBeNull();
     } finally {
       await rm(other, { recursive: true, force: true });
     }

@@ -25,10 +25,12 @@
  *    (`unknown`);
  * 4. re-inspects (registered, on the branch, HEAD = base, marker) and records
  *    success with `recordFreshBranch` (one transaction).
- * The usual case (no branch, nothing at the path) costs two Git processes
- * besides `worktree add`: the preflight, and one `rev-parse` in the new
- * worktree once its marker file is written (`inspectLinkedWorktree`); the
- * marker goes to the directory the worktree's `.git` file names.
+ * The usual case (a loose base commit, no branch, nothing at the path) runs
+ * one Git process, `worktree add`: the preflight and the proof once the
+ * marker file is written (`inspectLinkedWorktree`) read the files Git keeps
+ * (src/git/files.ts, ADR 0037), and start a Git process only where those do
+ * not prove the answer; the marker goes to the directory the worktree's
+ * `.git` file names.
  * Only a path or branch already there, or a failure, pays for the full
  * inspection (`git worktree list`, which grows with the repository).
  * A crash between `worktree add` and the marker-file write leaves a worktree

@@ -21,6 +21,7 @@ import {
   listWorktrees,
   runGit,
 } from '../../git/cli';
+import { fileRef, ownedByMe, refsAreFiles } from '../../git/files';
 
 /** The ownership marker, in the worktree's own git directory (the agent's checkout stays untouched). */
 export const WORKTREE_MARKER_FILE = 'taskledger-owner.json';
@@ -85,12 +86,14 @@ export async function inspectWorktree(
 export const nothingThere = (s: WorktreeState): boolean => !s.pathExists && !s.registered && s.branchAt === null;
 
 /**
- * The same facts as `inspectWorktree` for a worktree expected at `path`, from one `git rev-parse` in the
- * worktree and the small files Git itself keeps for it: registered = the worktree's administrative
- * directory belongs to `repo`'s common directory and its `gitdir` file points back at `path` (what
- * `worktree list` reads); the registered branch is that directory's HEAD. Null when the worktree cannot be
- * read that way (no worktree there, the branch is missing, a detached or foreign layout): the caller then
- * inspects in full, which also gives the evidence of what is there.
+ * The same facts as `inspectWorktree` for a worktree expected at `path`, from the small files Git itself
+ * keeps for it (`linkedFacts`: the `.git` file, the administrative directory's `commondir` and `HEAD`, the
+ * loose branch ref) or, when those do not prove them (a packed or reftable ref, a detached HEAD, another
+ * owner), from one `git rev-parse` in the worktree. Registered = the worktree's administrative directory
+ * belongs to `repo`'s common directory and its `gitdir` file points back at `path` (what `worktree list`
+ * reads); the registered branch is that directory's HEAD. Null when the worktree cannot be read either way
+ * (no worktree there, the branch is missing, a foreign layout): the caller then inspects in full, which
+ * also gives the evidence of what is there.
  */
 export async function inspectLinkedWorktree(
   repo: string,
@@ -98,6 +101,76 @@ export async function inspectLinkedWorktree(
   branch: string,
   timeoutMs: number,
 ): Promise<WorktreeState | null> {
+  const facts = (await linkedFactsFromFiles(path, branch)) ?? (await linkedFactsFromGit(path, branch, timeoutMs));
+  if (facts === null) return null;
+  const { commonDir, gitDir, head, branchAt, checkedOut } = facts;
+  const real = (p: string) => realpath(p).catch(() => null);
+  const [realRepo, realCommon, realGitDir, realPath] = await Promise.all([
+    real(repo),
+    real(commonDir),
+    real(gitDir),
+    real(path),
+  ]);
+  if (realRepo === null || realCommon === null || realGitDir === null || realPath === null) return null;
+  const ownsRepo = realCommon === realRepo || realCommon === join(realRepo, '.git');
+  const backLink = (await readFile(join(gitDir, 'gitdir'), 'utf8').catch(() => '')).trim();
+  const backTo = backLink === '' ? null : await real(resolve(gitDir, backLink, '..'));
+  const registered = ownsRepo && resolve(realGitDir, '..') === join(realCommon, 'worktrees') && backTo === realPath;
+  if (!registered) return null;
+  return {
+    pathExists: true,
+    registered,
+    registeredBranch: checkedOut,
+    branchAt,
+    head,
+    checkedOut,
+    gitDir: realGitDir,
+    markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null),
+    clean: null,
+  };
+}
+
+/** What a linked worktree's own files and Git's answer alike: the directories, HEAD, the branch's commit. */
+interface LinkedFacts {
+  commonDir: string;
+  gitDir: string;
+  head: string;
+  branchAt: string;
+  /** Full ref HEAD names, or null when detached. */
+  checkedOut: string | null;
+}
+
+/**
+ * `path/.git` names the administrative directory; its `commondir` names the common directory; its `HEAD`
+ * names the checked-out branch; the branch's loose ref file holds the commit both HEAD and the branch are
+ * at (the files a `git rev-parse` there reads). Null unless every one of those files proves its fact.
+ */
+async function linkedFactsFromFiles(path: string, branch: string): Promise<LinkedFacts | null> {
+  const text = await readFile(join(path, '.git'), 'utf8').catch(() => null);
+  const m = text === null ? null : /^gitdir: (.+)$/m.exec(text);
+  if (!m || !(await ownedByMe(path))) return null;
+  const gitDir = resolve(path, m[1]!.trim());
+  const [commondir, headText] = await Promise.all([
+    readFile(join(gitDir, 'commondir'), 'utf8').catch(() => null),
+    readFile(join(gitDir, 'HEAD'), 'utf8').catch(() => null),
+  ]);
+  const symref = headText === null ? null : /^ref: (refs\/heads\/\S+)\n?$/.exec(headText);
+  if (commondir === null || commondir.trim() === '' || !symref) return null;
+  const commonDir = resolve(gitDir, commondir.trim());
+  if (!(await refsAreFiles(commonDir))) return null;
+  const checkedOut = symref[1]!;
+  const branchRef = `refs/heads/${branch}`;
+  const [branchAt, head] = await Promise.all([
+    fileRef(commonDir, branchRef),
+    checkedOut === branchRef ? null : fileRef(commonDir, checkedOut),
+  ]);
+  const headAt = checkedOut === branchRef ? branchAt : head;
+  if (branchAt === null || branchAt === 'absent' || headAt === null || headAt === 'absent') return null;
+  return { commonDir, gitDir, head: headAt.oid, branchAt: branchAt.oid, checkedOut };
+}
+
+/** The same facts from one `git rev-parse` in the worktree; null when Git cannot answer them there. */
+async function linkedFactsFromGit(path: string, branch: string, timeoutMs: number): Promise<LinkedFacts | null> {
   let out: string;
   try {
     out = await runGit(
@@ -121,31 +194,7 @@ export async function inspectLinkedWorktree(
   }
   const [commonDir, gitDir, head, branchAt, checkedOut] = out.trim().split('\n');
   if (!commonDir || !gitDir || !head || !branchAt || !checkedOut) return null;
-  const real = (p: string) => realpath(p).catch(() => null);
-  const [realRepo, realCommon, realGitDir, realPath] = await Promise.all([
-    real(repo),
-    real(commonDir),
-    real(gitDir),
-    real(path),
-  ]);
-  if (realRepo === null || realCommon === null || realGitDir === null || realPath === null) return null;
-  const ownsRepo = realCommon === realRepo || realCommon === join(realRepo, '.git');
-  const backLink = (await readFile(join(gitDir, 'gitdir'), 'utf8').catch(() => '')).trim();
-  const backTo = backLink === '' ? null : await real(resolve(gitDir, backLink, '..'));
-  const registered = ownsRepo && resolve(realGitDir, '..') === join(realCommon, 'worktrees') && backTo === realPath;
-  if (!registered) return null;
-  const ref = checkedOut === 'HEAD' ? null : checkedOut;
-  return {
-    pathExists: true,
-    registered,
-    registeredBranch: ref,
-    branchAt,
-    head,
-    checkedOut: ref,
-    gitDir,
-    markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null),
-    clean: null,
-  };
+  return { commonDir, gitDir, head, branchAt, checkedOut: checkedOut === 'HEAD' ? null : checkedOut };
 }
 
 /**
