@@ -15,6 +15,7 @@ import { StagedAttachmentIndex1796170440000 } from './1796170440000-StagedAttach
 import { TaskEnvironmentTaskIndex1796170500000 } from './1796170500000-TaskEnvironmentTaskIndex';
 import { BarrierScopeIndex1796170560000 } from './1796170560000-BarrierScopeIndex';
 import { OutboxOperationIndex1796170620000 } from './1796170620000-OutboxOperationIndex';
+import { StepLeaseIndex1796170680000 } from './1796170680000-StepLeaseIndex';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -29,4 +30,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   TaskEnvironmentTaskIndex1796170500000,
   BarrierScopeIndex1796170560000,
   OutboxOperationIndex1796170620000,
+  StepLeaseIndex1796170680000,
 ];

@@ -26,6 +26,19 @@ import {
   TASK_LIFECYCLE_STATES,
   WORKSPACE_DELETION_STATES,
 } from '../../src/domain/vocab';
+import { dbConfigFromEnv } from '../../src/db/config';
+
+/** The steps' state indexes: partial on PostgreSQL (rows in flight or in trouble), plain on MySQL (migration 13). */
+const STEP_STATE_INDEXES: Record<string, string[]> =
+  dbConfigFromEnv().dialect === 'postgres'
+    ? {
+        ix_task_creation_steps_running_lease: ['lease_expires_at'],
+        ix_task_creation_steps_open_compensation: ['compensation_state'],
+      }
+    : {
+        ix_task_creation_steps_state_lease_expires_at: ['state', 'lease_expires_at'],
+        ix_task_creation_steps_compensation_state: ['compensation_state'],
+      };
 
 export type LogicalType =
   'uuid' | 'hash' | 'ts' | 'doc' | 'text' | 'exact' | 'bool' | 'int' | 'bigint' | 'serial' | { str: number };
@@ -162,8 +175,7 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
     {
       uniques: { uq_task_creation_steps_key: ['operation_id', 'kind', 'step_key'] },
       indexes: {
-        ix_task_creation_steps_state_lease_expires_at: ['state', 'lease_expires_at'],
-        ix_task_creation_steps_compensation_state: ['compensation_state'],
+        ...STEP_STATE_INDEXES,
       },
       fks: { fk_task_creation_steps_operation: { columns: ['operation_id'], table: 'task_creation_operations' } },
       in: {

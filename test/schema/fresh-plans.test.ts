@@ -5,9 +5,17 @@
  * (`operationEventsStatement`: one operation's undelivered events) must use
  * the index that starts with the operation, not intersect the workspace's
  * whole outbox with every undelivered event, a scan that grew with the
- * outbox (0.7 ms per creation at 1,000 events, 2.5 ms at 3,000). Run on a
- * scratch database of its own (`taskledger_test_plans_<dialect>`), migrated
- * and filled here, never analyzed.
+ * outbox (0.7 ms per creation at 1,000 events, 2.5 ms at 3,000). And the
+ * statements that name a step by its key or id and its state (that read's
+ * join to the armed launch intent, Complete's check of it) must read the
+ * steps through that key, not through an index that starts with the state:
+ * ~500 buffers per call after 2,000 creations, and growing; nor through
+ * one that starts with the lease, which a row check's `lease_expires_at IS
+ * NULL` matches for nearly every step (migration 13, ADR 0038) — as a
+ * custom plan, and on PostgreSQL as the generic plan a connection's
+ * prepared statement keeps. Run on a scratch database of its
+ * own (`taskledger_test_plans_<dialect>`), migrated and filled here, never
+ * analyzed.
  */
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
@@ -33,25 +41,75 @@ function dialectSql(sql: string): string {
   return DIALECT === 'postgres' ? sql.replace(/\?/g, () => `$${++i}`) : sql;
 }
 
-/** The names of the indexes a plan of `sql` reads event_outbox through. */
-async function outboxIndexes(ds: DataSource, sql: string, params: readonly unknown[]): Promise<string[]> {
+/** The indexes (or `(full scan)`) each table of a PostgreSQL JSON plan is read through, by table name. */
+function pgPlanIndexes(rows: { 'QUERY PLAN': unknown }[], table: string): string[] {
+  const names: string[] = [];
+  const walk = (node: Record<string, unknown>) => {
+    if (node['Relation Name'] === table || String(node['Index Name'] ?? '').includes(table)) {
+      names.push(typeof node['Index Name'] === 'string' ? node['Index Name'] : '(full scan)');
+    }
+    for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+  };
+  const plan = rows[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[];
+  walk(plan[0]!.Plan);
+  return [...new Set(names)];
+}
+
+/** The names of the indexes a plan of `sql` reads `table` (aliased `alias`) through. */
+async function planIndexes(
+  ds: DataSource,
+  sql: string,
+  params: readonly unknown[],
+  table = 'event_outbox',
+  alias = 'e',
+): Promise<string[]> {
   if (DIALECT === 'postgres') {
     const rows = (await ds.query(`EXPLAIN (FORMAT JSON) ${dialectSql(sql)}`, [...params])) as {
       'QUERY PLAN': unknown;
     }[];
-    const names: string[] = [];
-    const walk = (node: Record<string, unknown>) => {
-      if (typeof node['Index Name'] === 'string' && String(node['Index Name']).includes('event_outbox'))
-        names.push(String(node['Index Name']));
-      for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
-    };
-    const plan = rows[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[];
-    walk(plan[0]!.Plan);
-    return names;
+    return pgPlanIndexes(rows, table);
   }
   const rows = (await ds.query(`EXPLAIN ${sql}`, [...params])) as { table: string; key: string | null }[];
-  return rows.filter((r) => r.table === 'e').map((r) => r.key ?? '(full scan)');
+  return rows.filter((r) => r.table === alias).map((r) => r.key ?? '(full scan)');
 }
+
+/** PostgreSQL: the indexes the generic plan of `sql` as a prepared statement reads `table` through. */
+async function genericPlanIndexes(ds: DataSource, sql: string, params: readonly unknown[], table: string) {
+  const qr = ds.createQueryRunner();
+  try {
+    await qr.query('SET plan_cache_mode = force_generic_plan');
+    await qr.query(`PREPARE fresh_plan AS ${dialectSql(sql)}`);
+    const literals = params.map((p) => (typeof p === 'number' ? String(p) : `'${String(p)}'`)).join(', ');
+    const rows = (await qr.query(`EXPLAIN (FORMAT JSON) EXECUTE fresh_plan(${literals})`)) as {
+      'QUERY PLAN': unknown;
+    }[];
+    await qr.query('DEALLOCATE fresh_plan');
+    return pgPlanIndexes(rows, table);
+  } finally {
+    await qr.release();
+  }
+}
+
+/** The form of Complete's check of an armed launch intent (src/store/launch-record.ts): a step by id, key and state. */
+const INTENT_CHECK = `SELECT s.id FROM task_creation_steps s
+  WHERE s.id = ? AND s.operation_id = ? AND s.kind = 'launch_intent' AND s.step_key = ?
+    AND s.state = 'armed' AND s.generation = ?`;
+/**
+ * The form of a batch's fence on the step rows it wrote (src/store/complete-in-batch.ts): the operation's rows, each
+ * one column by column (nulls as IS NULL), and the operation's count.
+ */
+const rowFence = (n: number) => {
+  // MySQL compares the strings as bytes (`BINARY col = ?`), as the fence does.
+  const str = (col: string) => (DIALECT === 'mysql' ? `BINARY s.${col} = ?` : `s.${col} = ?`);
+  const row = `(${str('id')} AND ${str('operation_id')} AND ${str('kind')} AND ${str('state')} AND s.generation = ?
+    AND s.lease_owner IS NULL AND s.lease_expires_at IS NULL AND s.next_attempt_at IS NULL
+    AND ${str('compensation_state')} AND s.compensation_lease_owner IS NULL AND s.compensation_lease_expires_at IS NULL
+    AND s.cleanup_job_id IS NULL)`;
+  return `SELECT s.id FROM task_creation_steps s WHERE s.operation_id = ? AND (${Array(n).fill(row).join(' OR ')})
+    AND (SELECT COUNT(*) FROM task_creation_steps c WHERE c.operation_id = ?) = ?`;
+};
+const STEP_KEYS = new Set(['pk_task_creation_steps', 'PRIMARY', 'uq_task_creation_steps_key']);
+const steps: { id: string; operation: string; key: string }[] = [];
 
 let ds: DataSource;
 
@@ -79,6 +137,33 @@ beforeAll(async () => {
       params,
     );
   }
+  // Each operation's armed launch intent (the steps' other rows are not what the plans are about). The operations
+  // themselves are not there: the foreign key is off for this connection.
+  const qr = ds.createQueryRunner();
+  try {
+    await qr.query(DIALECT === 'postgres' ? 'SET session_replication_role = replica' : 'SET FOREIGN_KEY_CHECKS = 0');
+    for (let start = 0; start < EVENTS; start += 250) {
+      const values: string[] = [];
+      const params: unknown[] = [];
+      for (const op of operations.slice(start, start + 250)) {
+        const step = { id: randomUUID(), operation: op, key: randomUUID() };
+        steps.push(step);
+        const base = params.length;
+        const p = (k: number) => (DIALECT === 'postgres' ? `$${base + k}` : '?');
+        values.push(
+          `(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, 'launch_intent', ${p(5)}, '{}', ${p(6)}, ${p(7)}, 'armed', 1)`,
+        );
+        params.push(step.id, op, randomUUID(), WORKSPACE, step.key, 'b'.repeat(64), 'c'.repeat(64));
+      }
+      await qr.query(
+        `INSERT INTO task_creation_steps (id, operation_id, task_id, workspace_id, kind, step_key, request_json,
+           request_sha256, idempotency_key, state, generation) VALUES ${values.join(', ')}`,
+        params,
+      );
+    }
+  } finally {
+    await qr.release();
+  }
 }, 120_000);
 
 afterAll(async () => {
@@ -89,8 +174,51 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
   it("one operation's undelivered events are read through the index that starts with the operation", async () => {
     for (const op of [operations[10]!, operations[EVENTS - 1]!]) {
       const st = operationEventsStatement(WORKSPACE, op);
-      expect(await outboxIndexes(ds, st.sql, st.params)).toEqual(['ix_event_outbox_operation_workspace_seq']);
+      expect(await planIndexes(ds, st.sql, st.params)).toEqual(['ix_event_outbox_operation_workspace_seq']);
     }
+  });
+
+  it("that read joins the operation's armed launch intent by the step's key, not by its state", async () => {
+    const st = operationEventsStatement(WORKSPACE, operations[EVENTS - 1]!);
+    const custom = await planIndexes(ds, st.sql, st.params, 'task_creation_steps', 's');
+    expect(custom.length).toBeGreaterThan(0);
+    expect(custom.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    if (DIALECT === 'postgres') {
+      const generic = await genericPlanIndexes(ds, st.sql, st.params, 'task_creation_steps');
+      expect(generic.length).toBeGreaterThan(0);
+      expect(generic.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    }
+  });
+
+  it("Complete's check of an armed intent reads that one step by its id or key", async () => {
+    const step = steps[EVENTS - 1]!;
+    const params = [step.id, step.operation, step.key, 1];
+    const custom = await planIndexes(ds, INTENT_CHECK, params, 'task_creation_steps', 's');
+    expect(custom.length).toBeGreaterThan(0);
+    expect(custom.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    if (DIALECT === 'postgres') {
+      const generic = await genericPlanIndexes(ds, INTENT_CHECK, params, 'task_creation_steps');
+      expect(generic.length).toBeGreaterThan(0);
+      expect(generic.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    }
+    const rows = (await ds.query(dialectSql(INTENT_CHECK), params)) as { id: string }[];
+    expect(rows.map((r) => r.id)).toEqual([step.id]);
+  });
+
+  it("a batch's fence on the rows it wrote reads them by id or key, not through the lease", async () => {
+    const step = steps[EVENTS - 2]!;
+    const row = (id: string) => [id, step.operation, 'launch_intent', 'armed', 1, 'none'];
+    const params = [step.operation, ...row(step.id), ...row(randomUUID()), ...row(randomUUID()), step.operation, 1];
+    const custom = await planIndexes(ds, rowFence(3), params, 'task_creation_steps', 's');
+    expect(custom.length).toBeGreaterThan(0);
+    expect(custom.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    if (DIALECT === 'postgres') {
+      const generic = await genericPlanIndexes(ds, rowFence(3), params, 'task_creation_steps');
+      expect(generic.length).toBeGreaterThan(0);
+      expect(generic.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    }
+    const rows = (await ds.query(dialectSql(rowFence(3)), params)) as { id: string }[];
+    expect(rows.map((r) => r.id)).toEqual([step.id]);
   });
 
   it('the read still finds exactly the undelivered events of that operation', async () => {

@@ -96,6 +96,18 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // StepLeaseIndex: PostgreSQL's partial indexes of running leases and open compensations; down() restores the
+    // plain state indexes there. MySQL keeps the plain ones throughout.
+    const plain = ['ix_task_creation_steps_state_lease_expires_at', 'ix_task_creation_steps_compensation_state'];
+    const partial = ['ix_task_creation_steps_running_lease', 'ix_task_creation_steps_open_compensation'];
+    const stepIndexes = () => indexesOf('task_creation_steps');
+    expect(await stepIndexes()).toEqual(expect.arrayContaining(DIALECT === 'postgres' ? partial : plain));
+    for (const ix of DIALECT === 'postgres' ? plain : partial) expect(await stepIndexes()).not.toContain(ix);
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await stepIndexes()).toEqual(expect.arrayContaining(plain));
+    for (const ix of partial) expect(await stepIndexes()).not.toContain(ix);
+    expect(await readTables(ds)).toEqual(all);
+
     // OutboxOperationIndex: down() drops exactly its index.
     expect(await indexesOf('event_outbox')).toContain('ix_event_outbox_operation_workspace_seq');
     await ds.undoLastMigration({ transaction: 'each' });
@@ -153,13 +165,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 8);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 9);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 9);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 10);
 
-    for (let i = 9; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 10; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

@@ -979,16 +979,16 @@ CREATE INDEX ix_task_creation_operations_task_id ON public.task_creation_operati
 CREATE INDEX ix_task_creation_operations_workspace_created_at ON public.task_creation_operations USING btree (workspace_id, created_at);
 
 --
--- Name: ix_task_creation_steps_compensation_state; Type: INDEX; Schema: public; Owner: -
+-- Name: ix_task_creation_steps_open_compensation; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ix_task_creation_steps_compensation_state ON public.task_creation_steps USING btree (compensation_state);
+CREATE INDEX ix_task_creation_steps_open_compensation ON public.task_creation_steps USING btree (compensation_state) WHERE ((compensation_state)::text <> 'none'::text);
 
 --
--- Name: ix_task_creation_steps_state_lease_expires_at; Type: INDEX; Schema: public; Owner: -
+-- Name: ix_task_creation_steps_running_lease; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ix_task_creation_steps_state_lease_expires_at ON public.task_creation_steps USING btree (state, lease_expires_at);
+CREATE INDEX ix_task_creation_steps_running_lease ON public.task_creation_steps USING btree (lease_expires_at) WHERE ((state)::text = 'running'::text);
 
 --
 -- Name: ix_task_environments_task_id; Type: INDEX; Schema: public; Owner: -
