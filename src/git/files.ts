@@ -21,13 +21,22 @@
  *   packed ref, a name clash with a directory or file, an unreadable file).
  * - `hasLooseObject(common, oid)`: true proves the object is there; false
  *   means "ask Git" (it may be packed).
+ * - `looseCommit(common, oid)`: true only when the loose object is there and
+ *   its header says `commit`; false means "ask Git".
+ * - `branchCommitFromFiles(repo, name)`: what `git rev-parse --verify
+ *   <name>^{commit}` answers for a plain branch name, when the files prove
+ *   it: no `<git dir>/<name>`, `refs/<name>` or `refs/tags/<name>` (the
+ *   names Git tries before `refs/heads/<name>`), the branch a loose ref to a
+ *   loose commit; null for anything else (an abbreviation-like or revision
+ *   expression, a tag, a packed or symbolic ref, a packed commit).
  * - `ownedByMe(path)`: the path exists and belongs to this process's
  *   effective user (where Git's `safe.directory` check lets Git answer).
  * Loose refs and objects are written to a temporary file and renamed by Git,
  * so a read sees a whole value or none.
  */
-import { lstat, readFile, stat } from 'node:fs/promises';
+import { lstat, open, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { inflateSync, constants as zlib } from 'node:zlib';
 
 const OID = /^([0-9a-f]{40}|[0-9a-f]{64})\n?$/;
 
@@ -93,4 +102,39 @@ export async function hasLooseObject(common: string, oid: string): Promise<boole
   if (!OID.test(oid)) return false;
   const s = await stat(join(common, 'objects', oid.slice(0, 2), oid.slice(2))).catch(() => null);
   return s !== null && s.isFile() && s.size > 0;
+}
+
+export async function looseCommit(common: string, oid: string): Promise<boolean> {
+  if (!OID.test(oid)) return false;
+  let head: Buffer;
+  try {
+    const file = await open(join(common, 'objects', oid.slice(0, 2), oid.slice(2)), 'r');
+    try {
+      const buf = Buffer.alloc(64);
+      const { bytesRead } = await file.read(buf, 0, 64, 0);
+      head = inflateSync(buf.subarray(0, bytesRead), { finishFlush: zlib.Z_SYNC_FLUSH });
+    } finally {
+      await file.close();
+    }
+  } catch {
+    return false;
+  }
+  return head.subarray(0, 7).toString('latin1') === 'commit ';
+}
+
+/** A branch name with no revision syntax, and not one Git could also read as an abbreviated object ID. */
+const PLAIN_BRANCH = /^(?!.*\.\.)(?!.*\/\.)(?!.*\.lock$)(?!.*\/$)[A-Za-z0-9_][A-Za-z0-9._/-]*$/;
+
+export async function branchCommitFromFiles(repo: string, name: string): Promise<string | null> {
+  if (!PLAIN_BRANCH.test(name) || /^[0-9a-f]{4,}$/i.test(name) || name === 'HEAD') return null;
+  const common = await filesRepository(repo);
+  if (common === null) return null;
+  const [gitDirEntry, refsEntry, tag, branch] = await Promise.all([
+    isMissing(join(common, name)),
+    fileRef(common, `refs/${name}`),
+    fileRef(common, `refs/tags/${name}`),
+    fileRef(common, `refs/heads/${name}`),
+  ]);
+  if (!gitDirEntry || refsEntry !== 'absent' || tag !== 'absent' || branch === null || branch === 'absent') return null;
+  return (await looseCommit(common, branch.oid)) ? branch.oid : null;
 }

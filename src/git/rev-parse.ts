@@ -6,6 +6,7 @@
  */
 import { runCommand } from '../launch/shared-spawner';
 import type { RunRequest } from '../launch/spawner';
+import { branchCommitFromFiles } from './files';
 
 /** Why 10 s: rev-parse on a local repository takes milliseconds; a hung
  *  filesystem must not hold a create request forever. */
@@ -30,11 +31,14 @@ const git = (args: string[]): RunRequest => ({
 });
 
 /**
- * One `rev-parse --verify` in the usual case (from the process's small helper, so the API process never
- * forks its heap); only when it fails, a second asks whether `repoPath` is a repository at all, for the
- * precise error.
+ * A plain branch whose loose ref names a loose commit is read from Git's files (`branchCommitFromFiles`,
+ * ADR 0037: the names Git would try first proven absent); anything else is one `rev-parse --verify` (from
+ * the process's small helper, so the API process never forks its heap); only when it fails, a second asks
+ * whether `repoPath` is a repository at all, for the precise error.
  */
 export async function resolveCommit(repoPath: string, ref: string): Promise<string> {
+  const fromFiles = await branchCommitFromFiles(repoPath, ref);
+  if (fromFiles !== null) return fromFiles;
   const verified = await runCommand(
     git(['-C', repoPath, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`]),
   ).catch((err: Error) => {

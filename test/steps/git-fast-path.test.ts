@@ -13,7 +13,15 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { makeGitRepo } from '../../src/bench/database';
 import { GitCommandError, repositoryPreflight, runGit } from '../../src/git/cli';
-import { fileRef, filesRepository, hasLooseObject, ownedByMe } from '../../src/git/files';
+import {
+  branchCommitFromFiles,
+  fileRef,
+  filesRepository,
+  hasLooseObject,
+  looseCommit,
+  ownedByMe,
+} from '../../src/git/files';
+import { GitError, resolveCommit } from '../../src/git/rev-parse';
 import {
   inspectLinkedWorktree,
   inspectWorktree,
@@ -179,6 +187,49 @@ describe("from Git's files", () => {
     } finally {
       await rm(other, { recursive: true, force: true });
     }
+  });
+});
+
+describe("Begin's base branch from Git's files", () => {
+  const withoutGit = async <R>(fn: () => Promise<R>): Promise<R> => {
+    process.env.GIT_DIR = join(trees, 'no-such-git-dir');
+    try {
+      return await fn();
+    } finally {
+      delete process.env.GIT_DIR;
+    }
+  };
+
+  it('resolves a plain branch whose loose ref names a loose commit without Git, as Git does', async () => {
+    expect(await branchCommitFromFiles(repo, 'main')).toBe(base);
+    expect(await withoutGit(() => resolveCommit(repo, 'main'))).toBe(base);
+    git(repo, 'branch', 'feature/one', base);
+    expect(await withoutGit(() => resolveCommit(repo, 'feature/one'))).toBe(git(repo, 'rev-parse', 'feature/one'));
+  });
+
+  it('leaves to Git what the files do not prove: a tag of the same name, revision syntax, packed refs or objects', async () => {
+    const common = join(repo, '.git');
+    expect(await looseCommit(common, base)).toBe(true);
+    expect(await looseCommit(common, git(repo, 'rev-parse', 'HEAD^{tree}'))).toBe(false);
+    expect(await looseCommit(common, 'f'.repeat(40))).toBe(false);
+    // A tag is found before a branch of the same name: Git's answer, not the branch's.
+    await writeFile(join(repo, 'second.md'), 'two\n');
+    git(repo, 'add', 'second.md');
+    git(repo, 'commit', '-q', '-m', 'second');
+    const second = git(repo, 'rev-parse', 'HEAD');
+    git(repo, 'branch', 'release', second);
+    git(repo, 'tag', 'release', base);
+    expect(await branchCommitFromFiles(repo, 'release')).toBeNull();
+    expect(await resolveCommit(repo, 'release')).toBe(base);
+    for (const name of ['HEAD', 'main~1', 'main^', base.slice(0, 7), 'a..b', 'x.lock', '-main', 'feature/']) {
+      expect(await branchCommitFromFiles(repo, name)).toBeNull();
+    }
+    expect(await resolveCommit(repo, 'main~1')).toBe(base);
+    // Packed: only Git answers, and it answers the same.
+    git(repo, 'gc', '-q');
+    expect(await branchCommitFromFiles(repo, 'main')).toBeNull();
+    expect(await withoutGit(() => resolveCommit(repo, 'main').catch((e: unknown) => e))).toBeInstanceOf(GitError);
+    expect(await resolveCommit(repo, 'main')).toBe(second);
   });
 });
 
