@@ -46,7 +46,8 @@ const myUid = (): number | null => (typeof process.geteuid === 'function' ? proc
 export async function ownedByMe(path: string): Promise<boolean> {
   const uid = myUid();
   if (uid === null) return false;
-  const s = await lstat(path).catch(() => null);
+  // What the path resolves to, as Git checks the canonical directories it discovered.
+  const s = await stat(path).catch(() => null);
   return s !== null && s.uid === uid;
 }
 
