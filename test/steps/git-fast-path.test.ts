@@ -39,6 +39,16 @@ let repo: string;
 let trees: string;
 let base: string;
 
+/** Runs `fn` with every Git process this process starts failing (`GIT_DIR` pointed at nothing). */
+const withoutGit = async <R>(fn: () => Promise<R>): Promise<R> => {
+  process.env.GIT_DIR = join(trees, 'no-such-git-dir');
+  try {
+    return await fn();
+  } finally {
+    delete process.env.GIT_DIR;
+  }
+};
+
 beforeEach(async () => {
   repo = await makeGitRepo();
   trees = await mkdtemp(join(tmpdir(), 'taskledger-fast-path-'));
@@ -114,15 +124,6 @@ describe('inspectLinkedWorktree', () => {
  * `GIT_DIR` is gone.
  */
 describe("from Git's files", () => {
-  const withoutGit = async <R>(fn: () => Promise<R>): Promise<R> => {
-    process.env.GIT_DIR = join(trees, 'no-such-git-dir');
-    try {
-      return await fn();
-    } finally {
-      delete process.env.GIT_DIR;
-    }
-  };
-
   it('the preflight proves a loose base commit and no branch from the files alone', async () => {
     expect(await withoutGit(() => repositoryPreflight(repo, base, 'feature/y', T))).toEqual({
       commit: true,
@@ -191,15 +192,6 @@ describe("from Git's files", () => {
 });
 
 describe("Begin's base branch from Git's files", () => {
-  const withoutGit = async <R>(fn: () => Promise<R>): Promise<R> => {
-    process.env.GIT_DIR = join(trees, 'no-such-git-dir');
-    try {
-      return await fn();
-    } finally {
-      delete process.env.GIT_DIR;
-    }
-  };
-
   it('resolves a plain branch whose loose ref names a loose commit without Git, as Git does', async () => {
     expect(await branchCommitFromFiles(repo, 'main')).toBe(base);
     expect(await withoutGit(() => resolveCommit(repo, 'main'))).toBe(base);
