@@ -10,12 +10,10 @@
  * either in-place pass throws, its wake-up is queued instead, so nothing is
  * lost. Both dialects.
  */
-import { randomUUID } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { COMPLETE_QUEUE, LAUNCH_QUEUE, OUTBOX_QUEUE, stepQueueName, type LaunchJob } from '../../queues/names';
 import type { CompleteWorkerDeps } from '../../src/coordinator/complete-worker';
-import { QueueSet } from '../../src/coordinator/queues';
 import { processStepJob, type StepWorkerDeps } from '../../src/coordinator/step-worker';
 import type { StepKind } from '../../src/domain/vocab';
 import { LocalProcessExecutor } from '../../src/launch/executor';
@@ -24,7 +22,6 @@ import { silentLogger } from '../../src/log';
 import { createMetrics } from '../../src/metrics';
 import { processOutboxJob } from '../../src/outbox/dispatcher';
 import { createProviderRegistry } from '../../src/providers/registry';
-import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import type { StepHandler } from '../../src/kinds/contract';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
@@ -35,15 +32,10 @@ import type { DispatchClaim } from '../../src/store/launch-dispatch';
 import type { OutboxMark } from '../../src/store/outbox-mark';
 import { begin, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
+import { useTestQueues } from '../support/queues';
 
 const t = useTestDb();
-const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
-const queues = new QueueSet(redis, `tl-inline-${randomUUID()}`);
-afterAll(async () => {
-  for (const q of queues.all()) await q.obliterate({ force: true });
-  await queues.close();
-  redis.disconnect();
-});
+const { queues } = useTestQueues('inline');
 
 /** A creation whose every step but the session and the launch intent already succeeded. */
 async function readyForSession() {

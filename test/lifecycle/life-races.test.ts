@@ -15,14 +15,11 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
-import { afterAll } from 'vitest';
 import { canonicalJson, parseCanonical } from '../../src/canonical/canonical-json';
 import { runDueCleanupJobs } from '../../src/cleanup/worker';
-import { QueueSet } from '../../src/coordinator/queues';
 import { findDispatchProcesses } from '../../src/launch/dispatch-processes';
 import { LocalProcessExecutor } from '../../src/launch/executor';
 import { deletionJobBuilder } from '../../src/lifecycle/deletion-jobs';
-import { createRedis } from '../../src/runtime/redis';
 import { sweepWakeups } from '../../src/runtime/sweep';
 import { completeTaskCreation } from '../../src/store/complete';
 import { deleteTask } from '../../src/store/task-delete';
@@ -33,15 +30,10 @@ import { count, sql, useTestDb } from '../support/db';
 import { launchNow } from '../support/launch';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
+import { useTestQueues } from '../support/queues';
 
 const t = useTestDb(8);
-const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
-const queues = new QueueSet(redis, `tl-review-${randomUUID()}`);
-afterAll(async () => {
-  for (const q of queues.all()) await q.obliterate({ force: true });
-  await queues.close();
-  redis.disconnect();
-});
+const { queues } = useTestQueues('review');
 
 async function world(command: string[], limits: [number, number]): Promise<SeededWorkspace> {
   const ws = await seedWorkspace(t.db);

@@ -10,12 +10,10 @@
  * it. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { LAUNCH_QUEUE, type LaunchJob } from '../../queues/names';
-import { QueueSet } from '../../src/coordinator/queues';
 import { silentLogger } from '../../src/log';
 import { processOutboxJob, type OutboxEvent } from '../../src/outbox/dispatcher';
-import { createRedis } from '../../src/runtime/redis';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import { completeTaskCreation } from '../../src/store/complete';
 import { claimLaunchDispatch } from '../../src/store/launch-dispatch';
@@ -29,6 +27,7 @@ import { begin, driveAllSteps } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 import { effectDeps } from '../steps/support';
 import { launchNow } from '../support/launch';
+import { useTestQueues } from '../support/queues';
 
 const t = useTestDb();
 
@@ -47,13 +46,7 @@ async function takeLaunchClaim(operationId: string): Promise<void> {
   expect('dispatchId' in claim).toBe(true);
 }
 
-const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
-const queues = new QueueSet(redis, `tl-dispatcher-${randomUUID()}`);
-afterAll(async () => {
-  for (const q of queues.all()) await q.obliterate({ force: true });
-  await queues.close();
-  redis.disconnect();
-});
+const { queues } = useTestQueues('dispatcher');
 
 /** A completed creation whose task.created is still undelivered; returns its operation id. */
 async function completed(ws: SeededWorkspace, startAgent: boolean): Promise<string> {

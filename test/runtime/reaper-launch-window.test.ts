@@ -6,25 +6,17 @@
  * do not read back that far, and the long scan a minute after the first
  * re-sends it. Both dialects.
  */
-import { randomUUID } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { launchJobId, LAUNCH_QUEUE } from '../../queues/names';
-import { QueueSet } from '../../src/coordinator/queues';
-import { createRedis } from '../../src/runtime/redis';
 import { sweepOnce } from '../../src/runtime/reaper';
 import { sql, useTestDb } from '../support/db';
 import { settledTask, stepRows } from '../support/ledger';
 import { testReaper } from '../support/reaper';
 import { seedWorkspace } from '../support/seed';
+import { useTestQueues } from '../support/queues';
 
 const t = useTestDb();
-const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
-const queues = new QueueSet(redis, `tl-reaper-window-${randomUUID()}`);
-afterAll(async () => {
-  for (const q of queues.all()) await q.obliterate({ force: true });
-  await queues.close();
-  redis.disconnect();
-});
+const { queues } = useTestQueues('reaper-window');
 
 describe("a reaper's stranded-launch scans over time", () => {
   it('re-send a launch stranded five minutes ago from the full scan, then from the long scan a minute later', async () => {

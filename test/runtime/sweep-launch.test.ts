@@ -8,11 +8,9 @@
  * belongs to a failed job is re-sent, not swallowed. Both dialects.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Worker } from 'bullmq';
 import { launchJobId, LAUNCH_QUEUE, stepJobId, stepQueueName } from '../../queues/names';
-import { QueueSet } from '../../src/coordinator/queues';
-import { createRedis } from '../../src/runtime/redis';
 import { retryUnpromotedStarts } from '../../src/runtime/deferred-retry';
 import { deadlockOn } from '../support/db-faults';
 import { sweepWakeups } from '../../src/runtime/sweep';
@@ -26,15 +24,10 @@ import type { OperationAuthority } from '../../src/store/types';
 import { sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
+import { useTestQueues } from '../support/queues';
 
 const t = useTestDb();
-const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
-const queues = new QueueSet(redis, `tl-sweep-launch-${randomUUID()}`);
-afterAll(async () => {
-  for (const q of queues.all()) await q.obliterate({ force: true });
-  await queues.close();
-  redis.disconnect();
-});
+const { redis, queues } = useTestQueues('sweep-launch');
 
 describe('stranded launches', () => {
   it('are re-sent from a full scan, and from the window only while they are recent', async () => {

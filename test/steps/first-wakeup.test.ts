@@ -4,23 +4,15 @@
  * jobs — same queues, same job IDs, same delays — that `enqueueRunnable`
  * sends after reading the ledger. Both dialects.
  */
-import { randomUUID } from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { enqueuePlanned, enqueueRunnable } from '../../src/coordinator/enqueue';
-import { QueueSet } from '../../src/coordinator/queues';
-import { createRedis } from '../../src/runtime/redis';
 import { useTestDb } from '../support/db';
 import { begin, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
+import { useTestQueues } from '../support/queues';
 
 const t = useTestDb();
-const redis = createRedis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379');
-const queues = new QueueSet(redis, `tl-first-wakeup-${randomUUID().slice(0, 8)}`);
-afterAll(async () => {
-  for (const q of queues.all()) await q.obliterate({ force: true });
-  await queues.close();
-  redis.disconnect();
-});
+const { queues } = useTestQueues('first-wakeup');
 
 /** Every job waiting in any queue, as `queue/jobId/delay`, then emptied. */
 async function drain(): Promise<string[]> {
