@@ -17,6 +17,15 @@ import { addWakeup, type QueueSet } from '../coordinator/queues';
 /** Why 500: one sweep's worth of work stays a bounded burst of enqueues. */
 const SWEEP_LIMIT = 500;
 
+/**
+ * The launch scans' first filter, one probe of `uq_launch_dispatch`'s prefix per event or task read: a creation
+ * whose launch was dispatched has a claim row (almost every one a window holds), and is left before its task,
+ * operation and launch intent are looked up. A plan carries exactly one launch intent (plan/start-policy.ts), so a
+ * claim for the creation's task is a claim for that intent's session: the exact test after the joins stays.
+ */
+const UNCLAIMED =
+  'NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c0 WHERE c0.creation_operation_id = $op AND c0.task_id = $task)';
+
 export interface SweepResult {
   operations: number;
   outboxWorkspaces: number;
@@ -76,7 +85,8 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
                 WHERE t.id = e.task_id AND t.lifecycle_state <> 'deleted' AND t.queued_for_step_id IS NULL) AS launchable
          FROM event_outbox e
         WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
-          ${scope.replace('workspace_id', 'e.workspace_id')})
+          ${scope.replace('workspace_id', 'e.workspace_id')}
+          AND ${UNCLAIMED.replace('$op', 'e.operation_id').replace('$task', 'e.task_id')})
      SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM announced e
        JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
@@ -115,7 +125,8 @@ async function recentAdmissions(db: Db, windowMs: number, workspaceId: string | 
     `WITH admitted AS ${db.dialect === 'postgres' ? 'MATERIALIZED ' : ''}(
        SELECT t.id, t.creation_operation_id FROM tasks t
         WHERE t.admitted_at > ${since} AND t.wip_admitted = ? AND t.lifecycle_state <> 'deleted'
-          ${workspaceId === undefined ? '' : 'AND t.workspace_id = ?'})
+          ${workspaceId === undefined ? '' : 'AND t.workspace_id = ?'}
+          AND ${UNCLAIMED.replace('$op', 't.creation_operation_id').replace('$task', 't.id')})
      SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM admitted t
        JOIN task_creation_operations o ON o.id = t.creation_operation_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'

@@ -22,6 +22,7 @@ import type { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recreateDatabase } from '../../src/db/admin';
 import { dbConfigFromEnv } from '../../src/db/config';
+import { unpromotedStartsStatement } from '../../src/runtime/deferred-retry';
 import { operationEventsStatement } from '../../src/store/outbox-mark';
 import { DIALECT, openDataSource } from './helpers';
 
@@ -109,6 +110,8 @@ const rowFence = (n: number) => {
     AND (SELECT COUNT(*) FROM task_creation_steps c WHERE c.operation_id = ?) = ?`;
 };
 const STEP_KEYS = new Set(['pk_task_creation_steps', 'PRIMARY', 'uq_task_creation_steps_key']);
+/** An operation read by its id, or by its task's (one creation per task): one row either way, not a state's rows. */
+const OPERATION_KEYS = new Set(['pk_task_creation_operations', 'PRIMARY', 'ix_task_creation_operations_task_id']);
 const steps: { id: string; operation: string; key: string }[] = [];
 
 let ds: DataSource;
@@ -158,6 +161,22 @@ beforeAll(async () => {
       await qr.query(
         `INSERT INTO task_creation_steps (id, operation_id, task_id, workspace_id, kind, step_key, request_json,
            request_sha256, idempotency_key, state, generation) VALUES ${values.join(', ')}`,
+        params,
+      );
+    }
+    // The operations themselves, completed immediate starts of the one workspace (no deferred start among them).
+    for (let start = 0; start < EVENTS; start += 250) {
+      const values: string[] = [];
+      const params: unknown[] = [];
+      for (const op of operations.slice(start, start + 250)) {
+        const base = params.length;
+        const p = (k: number) => (DIALECT === 'postgres' ? `$${base + k}` : '?');
+        values.push(`(${p(1)}, ${p(2)}, ${p(3)}, 'completed', '{}', ${p(4)}, '{}', ${p(5)}, ${p(6)}, 'immediate')`);
+        params.push(op, WORKSPACE, randomUUID(), 'd'.repeat(64), 'e'.repeat(64), 'f'.repeat(64));
+      }
+      await qr.query(
+        `INSERT INTO task_creation_operations (id, workspace_id, task_id, state, plan_json, manifest_hash, actor_json,
+           actor_binding_hash, completion_token_sha256, start_policy) VALUES ${values.join(', ')}`,
         params,
       );
     }
@@ -219,6 +238,16 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
     }
     const rows = (await ds.query(dialectSql(rowFence(3)), params)) as { id: string }[];
     expect(rows.map((r) => r.id)).toEqual([step.id]);
+  });
+
+  it("the reaper's unpromoted deferred starts are read from the window's events, each operation by its id or task", async () => {
+    for (const windowMs of [900_000, null]) {
+      const st = unpromotedStartsStatement(DIALECT, { windowMs });
+      const custom = await planIndexes(ds, st.sql, st.params, 'task_creation_operations', 'o');
+      expect(custom.length).toBeGreaterThan(0);
+      expect(custom.filter((ix) => !OPERATION_KEYS.has(ix))).toEqual([]);
+      expect(await ds.query(dialectSql(st.sql), [...st.params])).toEqual([]);
+    }
   });
 
   it('the read still finds exactly the undelivered events of that operation', async () => {
