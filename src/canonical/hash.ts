@@ -9,8 +9,10 @@
  *   unambiguous.
  * - Each document hash (`manifestHash`, `actorBindingHash`, ...) is
  *   `domainHash(<its domain>, RFC8785(document))`; documents are canonicalized
- *   here, never hashed as given text (see `canonical-json.ts`). These functions
- *   do not validate the document's schema: validate first (`validate.ts`).
+ *   here, never hashed as given text (see `canonical-json.ts`);
+ *   `hashedDocument(domain, document)` answers that text with its hash, for a
+ *   writer that stores both. These functions do not validate the document's
+ *   schema: validate first (`validate.ts`).
  * - `idempotencyKey(op, kind, stepKey, requestSha256)` = domainHash of the UTF-8
  *   parts joined by 0x00; a part containing NUL is rejected.
  * - `lockKeyDigest(domain, parts)` = raw 32-byte SHA-256(ASCII(domain) || 0x00
@@ -20,7 +22,7 @@
 import { createHash } from 'node:crypto';
 import { ValidationError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
-import { canonicalBytes } from './canonical-json';
+import { canonicalBytes, canonicalJson } from './canonical-json';
 import type {
   ActorBindingDocument,
   CompensationProof,
@@ -72,6 +74,22 @@ function joinNul(parts: readonly string[], what: string): Buffer {
 export function domainHash(domain: string, bytes: Buffer | string): Sha256Hex {
   const body = typeof bytes === 'string' ? Buffer.from(bytes, 'utf8') : bytes;
   return createHash('sha256').update(domainPrefix(domain)).update(body).digest('hex');
+}
+
+/** A document's RFC 8785 text and its hash under a domain. */
+export interface HashedDocument {
+  text: string;
+  sha256: Sha256Hex;
+}
+
+/**
+ * `{ text: canonicalJson(value), sha256: domainHash(domain, that text) }`, from one canonicalization: for a writer
+ * that stores a document's text beside its hash (Begin's plan, actor and step requests), which otherwise
+ * canonicalized each document twice. The same hash as the document's own function (`manifestHash`, ...).
+ */
+export function hashedDocument(domain: string, value: unknown): HashedDocument {
+  const text = canonicalJson(value);
+  return { text, sha256: domainHash(domain, text) };
 }
 
 /** ManifestHash: the CreationPlan under `kandev/task-creation-plan/v1`. */

@@ -11,8 +11,14 @@
  * Found external ID or reused identity: the transaction rolls back, nothing is
  * written. No event is written here; `task.created` belongs to Complete.
  */
-import { canonicalJson } from '../canonical/canonical-json';
-import { actorBindingHash, idempotencyKey, manifestHash, stepRequestHash } from '../canonical/hash';
+import {
+  ACTOR_DOMAIN,
+  hashedDocument,
+  idempotencyKey,
+  PLAN_DOMAIN,
+  STEP_REQUEST_DOMAIN,
+  type HashedDocument,
+} from '../canonical/hash';
 import type { ActorBindingDocument } from '../canonical/types';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import type { BeginOutcome } from '../domain/vocab';
@@ -35,6 +41,15 @@ export interface InsertInput {
   externalId: string | null;
   completionTokenSha256: string;
   newId: () => string;
+}
+
+/**
+ * The operation row's plan and actor documents, each canonicalized once for both its stored text and its hash (the
+ * ManifestHash and ActorBindingHash are the hashes of exactly the texts stored beside them).
+ */
+interface BoundDocuments {
+  plan: HashedDocument;
+  actor: HashedDocument;
 }
 
 export type InsertResult =
@@ -111,7 +126,7 @@ async function lockTaskTierLocked(tx: Tx, input: InsertInput): Promise<boolean> 
 }
 
 /** Tier 4.2: the creation operation's row. */
-function insertOperationRow(tx: Tx, input: InsertInput, manifest: string, actorHash: string): Promise<void> {
+function insertOperationRow(tx: Tx, input: InsertInput, docs: BoundDocuments): Promise<void> {
   const { plan } = input.built;
   tx.lockOperationRow('task_creation_operations', input.operationId);
   return insertRows(
@@ -135,10 +150,10 @@ function insertOperationRow(tx: Tx, input: InsertInput, manifest: string, actorH
         plan.workspace_id,
         plan.task_id,
         'preparing',
-        canonicalJson(plan),
-        manifest,
-        canonicalJson(input.actor),
-        actorHash,
+        docs.plan.text,
+        docs.plan.sha256,
+        docs.actor.text,
+        docs.actor.sha256,
         input.completionTokenSha256,
         plan.start_policy,
       ],
@@ -152,9 +167,9 @@ function insertOperationRow(tx: Tx, input: InsertInput, manifest: string, actorH
  * lock, on both dialects since ADR 0023): the operation row (4.2), that key (5.2) and the identity lock (6), issued
  * together in tier order; answers the identity row, if one exists.
  */
-function newTaskRowsLocked(tx: Tx, input: InsertInput, manifest: string, actorHash: string): Promise<unknown> {
+function newTaskRowsLocked(tx: Tx, input: InsertInput, docs: BoundDocuments): Promise<unknown> {
   const { plan } = input.built;
-  const opInsert = insertOperationRow(tx, input, manifest, actorHash);
+  const opInsert = insertOperationRow(tx, input, docs);
   const key = tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`);
   tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
   const identityRead = tx.one('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [plan.task_id]);
@@ -163,8 +178,10 @@ function newTaskRowsLocked(tx: Tx, input: InsertInput, manifest: string, actorHa
 
 export async function insertCreation(db: Db, input: InsertInput): Promise<InsertResult> {
   const { plan } = input.built;
-  const manifest = manifestHash(plan);
-  const actorHash = actorBindingHash(input.actor);
+  const docs: BoundDocuments = {
+    plan: hashedDocument(PLAN_DOMAIN, plan),
+    actor: hashedDocument(ACTOR_DOMAIN, input.actor),
+  };
   // Only the first attempt checks its fences on the server and commits in one round trip (ADR 0028).
   const commonCase = input.externalId === null && taskTierIsNewKeyOnly(input);
   let oneRoundTrip = commonCase;
@@ -175,7 +192,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       if (oneRoundTrip) {
         // A fence that fails starts it over on the checked path below, which gives the precise refusal.
         oneRoundTrip = false;
-        return commonCaseInOneRoundTrip(tx, input, manifest, actorHash);
+        return commonCaseInOneRoundTrip(tx, input, docs);
       }
       // A later attempt of the common case may follow a connection lost during the first one's COMMIT
       // (`retryLostCommit`): its operation row, a fresh ID no one else writes, says whether that COMMIT took. A
@@ -230,14 +247,14 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       // and identity lock in one round trip (Tx.batch keeps the tier order; the server runs them in that order and
       // stops at the first error).
       if (common) {
-        const identity = await newTaskRowsLocked(tx, input, manifest, actorHash);
+        const identity = await newTaskRowsLocked(tx, input, docs);
         if (identity) {
           tx.rollbackOnly();
           return { kind: 'identity_reused' };
         }
-        return insertCreationRowsLocked(tx, input, manifest, actorHash, false);
+        return insertCreationRowsLocked(tx, input, docs, false);
       }
-      await insertOperationRow(tx, input, manifest, actorHash);
+      await insertOperationRow(tx, input, docs);
 
       // Tier 5.1: the external-ID key, then the exact re-check under it.
       if (input.externalId !== null) {
@@ -261,7 +278,7 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
         tx.rollbackOnly();
         return { kind: 'identity_reused' };
       }
-      return insertCreationRowsLocked(tx, input, manifest, actorHash, awaitsBlockers);
+      return insertCreationRowsLocked(tx, input, docs, awaitsBlockers);
     },
     {
       restartOnUnique: [
@@ -273,14 +290,14 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       retryLostCommit: commonCase,
     },
   );
-  if (res.kind === 'committed_earlier') return createdEarlier(db, input, manifest, actorHash);
+  if (res.kind === 'committed_earlier') return createdEarlier(db, input, docs);
   if (res.kind !== 'created') return res;
   const { committed, ...created } = res;
   return { ...created, task: createdView(input.built.plan.task_id, await committed) };
 }
 
 /** The answer of an attempt whose COMMIT took though its connection was lost: read back, as it was written. */
-async function createdEarlier(db: Db, input: InsertInput, manifest: string, actorHash: string): Promise<InsertResult> {
+async function createdEarlier(db: Db, input: InsertInput, docs: BoundDocuments): Promise<InsertResult> {
   const { plan } = input.built;
   const [views, rows] = await Promise.all([
     readRows<TaskViewRow>(db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [plan.task_id]),
@@ -297,7 +314,13 @@ async function createdEarlier(db: Db, input: InsertInput, manifest: string, acto
     return { id, kind: s.kind, step_key: s.step_key };
   });
   if (!views[0]) throw new Error(`internal: task ${plan.task_id} of ${input.operationId} is missing`);
-  return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, task: toTaskView(views[0]), steps };
+  return {
+    kind: 'created',
+    manifestHash: docs.plan.sha256,
+    actorBindingHash: docs.actor.sha256,
+    task: toTaskView(views[0]),
+    steps,
+  };
 }
 
 /** Why Begin's one-round-trip attempt did not commit: it starts over, and the checks above answer precisely. */
@@ -311,7 +334,7 @@ const fenceFailed = () => new RestartCommand('Begin: a fence checked on the serv
  * and COMMIT, nothing awaited. A fence that fails stops the round trip before COMMIT; the transaction rolls back
  * and starts over on the checked path, whose checks give the precise refusal.
  */
-function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, manifest: string, actorHash: string): Attempt {
+function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, docs: BoundDocuments): Attempt {
   const { plan } = input.built;
   tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
   tx.expect(
@@ -332,7 +355,7 @@ function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, manifest: string, 
     );
   }
   tx.expect(barriersStatement(tx, plan.workspace_id), 0, fenceFailed);
-  insertOperationRow(tx, input, manifest, actorHash).catch(() => undefined);
+  insertOperationRow(tx, input, docs).catch(() => undefined);
   tx.lockKey(TIER.TASK, taskKeyDigest(plan.task_id), `tasks:${plan.task_id}`).catch(() => undefined);
   tx.lockRow(TIER.IDENTITY, 'task_identities', plan.task_id);
   tx.expect(
@@ -340,7 +363,7 @@ function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, manifest: string, 
     0,
     fenceFailed,
   );
-  return insertCreationRowsLocked(tx, input, manifest, actorHash, false);
+  return insertCreationRowsLocked(tx, input, docs, false);
 }
 
 /** The active archive / deletion membership barriers covering a workspace (tier 4.1, FOR SHARE). */
@@ -359,13 +382,7 @@ function taskTierIsNewKeyOnly(input: InsertInput): boolean {
 }
 
 /** Begin's inserts, once every key (tiers 1 to 6) is held; returns the new task's view. */
-function insertCreationRowsLocked(
-  tx: Tx,
-  input: InsertInput,
-  manifest: string,
-  actorHash: string,
-  awaitsBlockers: boolean,
-): Attempt {
+function insertCreationRowsLocked(tx: Tx, input: InsertInput, docs: BoundDocuments, awaitsBlockers: boolean): Attempt {
   const { plan, rows } = input.built;
   const steps: PlannedStep[] = plan.steps.map((s) => ({ id: input.newId(), kind: s.kind, step_key: s.step_key }));
   // Inserts (all keys above are held).
@@ -460,7 +477,8 @@ function insertCreationRowsLocked(
         'state',
       ],
       plan.steps.map((s, i) => {
-        const requestSha = stepRequestHash(s.request);
+        const request = hashedDocument(STEP_REQUEST_DOMAIN, s.request);
+        const requestSha = request.sha256;
         return [
           steps[i]!.id,
           input.operationId,
@@ -468,7 +486,7 @@ function insertCreationRowsLocked(
           plan.workspace_id,
           s.kind,
           s.step_key,
-          canonicalJson(s.request),
+          request.text,
           requestSha,
           idempotencyKey(input.operationId, s.kind, s.step_key, requestSha),
           'planned',
@@ -481,7 +499,7 @@ function insertCreationRowsLocked(
     ...statements,
     { sql: `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, params: [plan.task_id] },
   ]);
-  return { kind: 'created', manifestHash: manifest, actorBindingHash: actorHash, committed, steps };
+  return { kind: 'created', manifestHash: docs.plan.sha256, actorBindingHash: docs.actor.sha256, committed, steps };
 }
 
 /** The new task's view, read with the inserts (the last of `commitWith`'s results). */

@@ -2,7 +2,7 @@
  * Shared, lock-holding helpers for step rows (tier 7). None of them begins a
  * transaction or takes a lock below tier 7.
  */
-import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
+import { parseCanonical, sameJson } from '../canonical/canonical-json';
 import { idempotencyKey, stepRequestHash } from '../canonical/hash';
 import type { CreationPlan, PlanStep, StepRequest } from '../canonical/types';
 import { validateStepRequest } from '../canonical/validate';
@@ -101,7 +101,7 @@ function deriveStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
   const same = (s: PlanStep): boolean => s.kind === step.kind && s.step_key === step.step_key;
   // A deferred plan's promoted pair derives from the plan as exactly as its own steps do (plan/session-launch.ts).
   const planned = plan.steps.find(same) ?? promotedSteps(plan).find(same);
-  if (!planned || canonicalJson(planned.request) !== canonicalJson(request)) {
+  if (!planned || !sameJson(planned.request, request)) {
     throw mismatch('stored request differs from the manifest');
   }
   if (idempotencyKey(step.operation_id, step.kind, step.step_key, sha) !== step.idempotency_key) {

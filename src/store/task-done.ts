@@ -46,7 +46,7 @@
  * changed under a concurrent move), the command restarts from tier 1.
  */
 import { randomUUID } from 'node:crypto';
-import { canonicalJson } from '../canonical/canonical-json';
+import { canonicalJson, sameJson } from '../canonical/canonical-json';
 import { payloadHash } from '../canonical/hash';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
@@ -172,7 +172,7 @@ async function markTaskDoneOnce(tx: Tx, taskId: string): Promise<MarkDoneResult 
     ids,
   );
   const edges = await readEdges(tx, taskId);
-  if (canonicalJson(edges) !== canonicalJson(before)) return 'moved';
+  if (!sameJson(edges, before)) return 'moved';
   const rows = new Map(locked.map((r) => [r.id, r]));
   const task = rows.get(taskId);
   if (!task) return 'moved';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalBytes, canonicalJson, parseCanonical } from '../../src/canonical/canonical-json';
+import { canonicalBytes, canonicalJson, parseCanonical, sameJson } from '../../src/canonical/canonical-json';
 import { expectInvalid } from './expect-invalid';
 
 describe('canonicalJson (RFC 8785)', () => {
@@ -131,5 +131,59 @@ describe('parseCanonical', () => {
   it('rejects text that is not JSON', () => {
     expectInvalid(() => parseCanonical('{"a":'), '', /not valid JSON/);
     expectInvalid(() => parseCanonical(42 as unknown as string), '', /expected JSON text/);
+  });
+});
+
+describe('sameJson', () => {
+  const nullProto = Object.assign(Object.create(null) as Record<string, unknown>, { b: [1, { c: 'x' }], a: null });
+  const values: unknown[] = [
+    null,
+    true,
+    false,
+    0,
+    -0,
+    1,
+    1.5,
+    1e21,
+    '',
+    '0',
+    'x',
+    'é',
+    [],
+    [1],
+    [1, 2],
+    [2, 1],
+    [[1]],
+    {},
+    { 0: 1 },
+    { a: 1 },
+    { a: 1, b: 2 },
+    { b: 2, a: 1 },
+    { a: 1, b: 3 },
+    { a: { b: [1, 2] } },
+    { a: { b: [1, 2, 3] } },
+    { a: null, b: [1, { c: 'x' }] },
+    nullProto,
+    { a: null, b: [1, { c: 'y' }] },
+  ];
+
+  it('answers exactly what comparing the two canonical texts answers, for every pair', () => {
+    let equal = 0;
+    for (const a of values) {
+      for (const b of values) {
+        const byText = canonicalJson(a) === canonicalJson(b);
+        expect(sameJson(a, b), `${canonicalJson(a)} vs ${canonicalJson(b)}`).toBe(byText);
+        if (byText) equal++;
+      }
+    }
+    // The pairs that are equal only as canonical texts: 0 and -0, reordered keys, a null-prototype object.
+    expect(equal).toBeGreaterThan(values.length);
+  });
+
+  it('throws, as canonicalJson does, for either side that is not plain JSON', () => {
+    expectInvalid(() => sameJson({ a: 1 }, { a: new Date(0) }), '/a');
+    expectInvalid(() => sameJson({ a: undefined }, { b: 1 }), '/a');
+    expectInvalid(() => sameJson([1], [Number.NaN]), '/0');
+    expectInvalid(() => sameJson('\ud800', 'x'), '');
   });
 });

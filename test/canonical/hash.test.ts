@@ -8,6 +8,7 @@ import {
   createRequestHash,
   domainHash,
   evidenceHash,
+  hashedDocument,
   idempotencyKey,
   lockKeyDigest,
   manifestHash,
@@ -25,6 +26,7 @@ import {
   STEP_EVIDENCE_DOMAIN,
   STEP_REQUEST_DOMAIN,
 } from '../../src/canonical/hash';
+import { canonicalJson } from '../../src/canonical/canonical-json';
 import { expectInvalid } from './expect-invalid';
 import * as F from './fixtures';
 
@@ -136,6 +138,21 @@ describe('document hashes', () => {
     ];
     for (const [hash, domain] of cases) expect(hash).toBe(sha256Hex(ascii(domain), NUL, utf8(bytes)));
     expect(new Set(cases.map(([hash]) => hash)).size).toBe(cases.length);
+  });
+
+  it("hashedDocument answers the canonical text with the document's own hash, from one canonicalization", () => {
+    const plan = F.plan();
+    const reordered = Object.fromEntries(Object.entries(plan).reverse());
+    const doc = hashedDocument(PLAN_DOMAIN, reordered);
+    expect(doc.text).toBe(canonicalJson(plan));
+    expect(doc.sha256).toBe(manifestHash(plan));
+    expect(hashedDocument(ACTOR_DOMAIN, F.actor()).sha256).toBe(actorBindingHash(F.actor()));
+    const request = F.request('fresh_branch_prepare');
+    expect(hashedDocument(STEP_REQUEST_DOMAIN, request)).toEqual({
+      text: canonicalJson(request),
+      sha256: stepRequestHash(request),
+    });
+    expectInvalid(() => hashedDocument(PLAN_DOMAIN, { at: new Date(0) }), '/at');
   });
 
   it('refuse documents that are not plain JSON', () => {

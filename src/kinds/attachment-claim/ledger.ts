@@ -29,7 +29,7 @@
  * Staged files are left in place: a claimed row keeps its staged storage
  * path. No event.
  */
-import { canonicalJson } from '../../canonical/canonical-json';
+import { sameJson } from '../../canonical/canonical-json';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
 import { lockClaimedLocked } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
@@ -202,7 +202,7 @@ export async function verifyAttachmentClaimLocked(
   const found = await readFound(txReader(tx), req, owner);
   const bad = found.find((f) => f.state !== 'ours');
   if (bad) throw effectMismatch(step, `attachment ${bad.item.attachment_id} is ${bad.state}, not claimed by this step`);
-  if (canonicalJson(observationOf(req, owner, found)) !== canonicalJson(evidence.observation)) {
+  if (!sameJson(observationOf(req, owner, found), evidence.observation)) {
     throw effectMismatch(step, 'evidence does not repeat the claimed rows byte-exactly');
   }
 }

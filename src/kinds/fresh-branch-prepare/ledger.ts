@@ -20,7 +20,7 @@
  * in place and makes the step `unknown` (`conflict`).
  * No event in either.
  */
-import { canonicalJson } from '../../canonical/canonical-json';
+import { sameJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
@@ -343,7 +343,7 @@ export async function verifyFreshBranchLocked(
       `the environment-repo row is ${rows.envRepo === 'absent' ? 'missing' : 'not the recorded row'}`,
     );
   if (rows.marker !== 'ours') throw effectMismatch(step, 'the ownership marker row is missing or foreign');
-  if (canonicalJson(freshBranchObservation(req, owner, path)) !== canonicalJson(evidence.observation)) {
+  if (!sameJson(freshBranchObservation(req, owner, path), evidence.observation)) {
     throw effectMismatch(step, 'evidence does not repeat the Git proof and row hash byte-exactly');
   }
 }

@@ -16,7 +16,7 @@
  * Evidence: `intent_sha256` = domain hash of the canonical
  * `{operation_id, step_id, request}`, `dispatched: false`. No event.
  */
-import { canonicalJson, parseCanonical } from '../../canonical/canonical-json';
+import { canonicalJson, parseCanonical, sameJson } from '../../canonical/canonical-json';
 import { domainHash } from '../../canonical/hash';
 import type { LaunchIntentRequest, StepEvidence } from '../../canonical/types';
 import { validateStepEvidence } from '../../canonical/validate';
@@ -189,7 +189,7 @@ export async function observeLaunchIntent(db: Db, step: StepRow): Promise<Effect
   if (now?.state === 'armed' && now.evidence_json !== null) {
     try {
       const ev = validateStepEvidence(parseCanonical(now.evidence_json));
-      exact = ev.effect === 'present_exact' && canonicalJson(ev.observation) === canonicalJson(want);
+      exact = ev.effect === 'present_exact' && sameJson(ev.observation, want);
     } catch {
       exact = false;
     }
@@ -218,7 +218,7 @@ export async function verifyLaunchIntentLocked(
   const req = stepRequestOf(step, 'launch_intent');
   const owner = ownerOf(step);
   await takeLocks(tx, launchIntentLocks(step));
-  if (canonicalJson(observationOf(owner, req)) !== canonicalJson(evidence.observation)) {
+  if (!sameJson(observationOf(owner, req), evidence.observation)) {
     throw effectMismatch(step, 'evidence does not prove this exact intent');
   }
   const w = await readWorld(txReader(tx), owner, req);

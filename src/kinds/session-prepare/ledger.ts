@@ -17,7 +17,7 @@
  * `unknown` (`conflict`); the task environment gone -> `failed`
  * (`absent_proven`). No event.
  */
-import { canonicalJson } from '../../canonical/canonical-json';
+import { sameJson } from '../../canonical/canonical-json';
 import type { SessionPrepareRequest, StepEvidence } from '../../canonical/types';
 import { ConflictError } from '../../domain/errors';
 import { TIER } from '../../db/lock-plan';
@@ -360,7 +360,7 @@ export async function verifySessionPrepareLocked(
       `${bad.row.table} ${bad.row.key} is ${bad.p === 'absent' ? 'missing' : 'not the recorded row'}`,
     );
   if (w.runtime) throw effectMismatch(step, 'a runtime exists for the session before Complete');
-  if (canonicalJson(observationOf(exp)) !== canonicalJson(evidence.observation)) {
+  if (!sameJson(observationOf(exp), evidence.observation)) {
     throw effectMismatch(step, 'evidence does not repeat the session rows byte-exactly');
   }
 }

@@ -19,7 +19,7 @@
  * ID, one `task_blockers` edge per blocker ID, the `task_environment_bindings`
  * row — each owned by `(operation_id, step_id)`. No event.
  */
-import { canonicalJson } from '../../canonical/canonical-json';
+import { sameJson } from '../../canonical/canonical-json';
 import { runTransaction, type Db, type Statement, type Tx } from '../../db/tx';
 import { lockClaimedLocked, type ClaimContext } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
@@ -157,7 +157,7 @@ export async function applyWorkspaceAttachmentLocked(
     Promise.all([insertMissing(tx, exp, w), readWorld(read, req, exp)]).then(([, after]) => {
       const exact =
         ownRows(exp, after).every((r) => r.p === 'ours') &&
-        canonicalJson(observationOf(req, owner, claim.generation, exp, after)) === canonicalJson(observation);
+        sameJson(observationOf(req, owner, claim.generation, exp, after), observation);
       if (!exact) throw new Error('workspace attachment rows did not read back exactly');
     }),
   );
@@ -230,7 +230,7 @@ export async function verifyWorkspaceAttachmentLocked(
   if (!envReposMatch(req, w)) throw effectMismatch(step, "the environment's repositories changed");
   const obs = evidence.observation as unknown as AttachmentObservation;
   const want = observationOf(req, owner, obs.step_generation, exp, w);
-  if (canonicalJson(want) !== canonicalJson(evidence.observation)) {
+  if (!sameJson(want, evidence.observation)) {
     throw effectMismatch(step, 'evidence does not repeat the effect rows byte-exactly');
   }
   if (obs.owner_operation_id !== step.operation_id || obs.step_generation > step.generation) {

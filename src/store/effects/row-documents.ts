@@ -15,6 +15,7 @@
  *   (`row-locks.ts`).
  */
 import { rowHash } from '../../canonical/hash';
+import { sameJson } from '../../canonical/canonical-json';
 import { rowRead, type Reader } from './row-locks';
 
 type Raw = Record<string, unknown>;
@@ -309,7 +310,7 @@ export async function readMarker(read: Reader, resourceKey: string): Promise<Mar
   return pick(rows, markerDoc);
 }
 
-/** Byte equality of two row documents (same canonical bytes, same hash). */
+/** Byte equality of two row documents: the same canonical bytes, so the same `rowHash`, compared without hashing. */
 export function sameRow(a: unknown, b: unknown): boolean {
-  return a !== null && b !== null && rowHash(a) === rowHash(b);
+  return a !== null && b !== null && sameJson(a, b);
 }
