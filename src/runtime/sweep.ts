@@ -23,8 +23,10 @@ const SWEEP_LIMIT = 500;
  * operation and launch intent are looked up. A plan carries exactly one launch intent (plan/start-policy.ts), so a
  * claim for the creation's task is a claim for that intent's session: the exact test after the joins stays.
  */
-const UNCLAIMED =
-  'NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c0 WHERE c0.creation_operation_id = $op AND c0.task_id = $task)';
+function unclaimed(operationColumn: string, taskColumn: string): string {
+  return `NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c0
+                       WHERE c0.creation_operation_id = ${operationColumn} AND c0.task_id = ${taskColumn})`;
+}
 
 export interface SweepResult {
   operations: number;
@@ -86,7 +88,7 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
          FROM event_outbox e
         WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
           ${scope.replace('workspace_id', 'e.workspace_id')}
-          AND ${UNCLAIMED.replace('$op', 'e.operation_id').replace('$task', 'e.task_id')})
+          AND ${unclaimed('e.operation_id', 'e.task_id')})
      SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM announced e
        JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
@@ -126,7 +128,7 @@ async function recentAdmissions(db: Db, windowMs: number, workspaceId: string | 
        SELECT t.id, t.creation_operation_id FROM tasks t
         WHERE t.admitted_at > ${since} AND t.wip_admitted = ? AND t.lifecycle_state <> 'deleted'
           ${workspaceId === undefined ? '' : 'AND t.workspace_id = ?'}
-          AND ${UNCLAIMED.replace('$op', 't.creation_operation_id').replace('$task', 't.id')})
+          AND ${unclaimed('t.creation_operation_id', 't.id')})
      SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM admitted t
        JOIN task_creation_operations o ON o.id = t.creation_operation_id AND o.state = 'completed'
        JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
