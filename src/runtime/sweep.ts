@@ -10,7 +10,7 @@
  * reads only; the full reaper (lease expiry, RecoveryAction) builds on this.
  */
 import { LAUNCH_QUEUE, launchJobId, OUTBOX_QUEUE, type LaunchJob, type OutboxJob } from '../../queues/names';
-import { readRows, type Db } from '../db/tx';
+import { readRows, type Db, type SqlParam } from '../db/tx';
 import { enqueueRunnable } from '../coordinator/enqueue';
 import { addWakeup, type QueueSet } from '../coordinator/queues';
 
@@ -75,27 +75,11 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
   // statistics on fresh tables (PostgreSQL before autovacuum's first ANALYZE) guessed the task filter selective
   // and joined every event against every task: 955 ms per sweep at 3,000 tasks, quadratic in them. Now the
   // sweep's cost is its window's events, whatever the planner knows.
-  const window =
-    launchWindowMs === null
-      ? ''
-      : `AND e.delivered_at > ${db.dialect === 'postgres' ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'" : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND'}`;
+  const announced = announcedLaunchesStatement(db.dialect, { workspaceId, launchWindowMs });
   const launches = await readRows<{ operation_id: string; task_id: string; session_id: string }>(
     db,
-    `WITH announced AS ${db.dialect === 'postgres' ? 'MATERIALIZED ' : ''}(
-       SELECT e.operation_id, e.task_id, e.type,
-              (SELECT COUNT(*) FROM tasks t
-                WHERE t.id = e.task_id AND t.lifecycle_state <> 'deleted' AND t.queued_for_step_id IS NULL) AS launchable
-         FROM event_outbox e
-        WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window}
-          ${scope.replace('workspace_id', 'e.workspace_id')}
-          AND ${unclaimed('e.operation_id', 'e.task_id')})
-     SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM announced e
-       JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
-       JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
-      WHERE e.launchable = 1 AND (e.type = 'task.dependencies_resolved' OR o.start_policy = 'immediate')
-        AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${db.dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
-      LIMIT ${SWEEP_LIMIT}`,
-    launchWindowMs === null ? scopeParams : [launchWindowMs, ...scopeParams],
+    announced.sql,
+    announced.params,
   );
   // A queued task admitted by a freed WIP slot (store/wip-admission.ts) announced its launch long ago: a recent
   // admission whose wake-up was lost is found by its admission time (ix_tasks_admitted_at) instead.
@@ -111,6 +95,35 @@ export async function sweepWakeups(db: Db, queues: QueueSet, options: SweepOptio
     );
   }
   return { operations: ops.length, outboxWorkspaces: pending.length, launches: launches.length };
+}
+
+/** The launch sweep's read of announced launches without a dispatch claim (see `sweepWakeups`). */
+export function announcedLaunchesStatement(
+  dialect: Db['dialect'],
+  options: { workspaceId?: string; launchWindowMs: number | null },
+): { sql: string; params: SqlParam[] } {
+  const { workspaceId, launchWindowMs } = options;
+  const scope = workspaceId === undefined ? '' : 'AND e.workspace_id = ?';
+  const window =
+    launchWindowMs === null
+      ? ''
+      : `AND e.delivered_at > ${dialect === 'postgres' ? "clock_timestamp() - CAST(? AS integer) * interval '1 millisecond'" : 'NOW(3) - INTERVAL ? * 1000 MICROSECOND'}`;
+  return {
+    sql: `WITH announced AS ${dialect === 'postgres' ? 'MATERIALIZED ' : ''}(
+       SELECT e.operation_id, e.task_id, e.type,
+              (SELECT COUNT(*) FROM tasks t
+                WHERE t.id = e.task_id AND t.lifecycle_state <> 'deleted' AND t.queued_for_step_id IS NULL) AS launchable
+         FROM event_outbox e
+        WHERE e.type IN ('task.created', 'task.dependencies_resolved') AND e.delivered_at IS NOT NULL ${window} ${scope}
+          AND ${unclaimed('e.operation_id', 'e.task_id')})
+     SELECT o.id AS operation_id, o.task_id, s.step_key AS session_id FROM announced e
+       JOIN task_creation_operations o ON o.id = e.operation_id AND o.task_id = e.task_id AND o.state = 'completed'
+       JOIN task_creation_steps s ON s.operation_id = o.id AND s.kind = 'launch_intent' AND s.state = 'armed'
+      WHERE e.launchable = 1 AND (e.type = 'task.dependencies_resolved' OR o.start_policy = 'immediate')
+        AND NOT EXISTS (SELECT 1 FROM task_launch_dispatch_claims c WHERE c.creation_operation_id = o.id AND c.session_id = ${dialect === 'postgres' ? 'CAST(s.step_key AS uuid)' : 's.step_key'})
+      LIMIT ${SWEEP_LIMIT}`,
+    params: [...(launchWindowMs === null ? [] : [launchWindowMs]), ...(workspaceId === undefined ? [] : [workspaceId])],
+  };
 }
 
 /**
