@@ -119,12 +119,10 @@ export async function repositoryPreflight(
   branch: string,
   timeoutMs: number,
 ): Promise<RepositoryPreflight | null> {
-  const common = await filesRepository(repo);
+  const common = filesRepository(repo);
   if (common !== null) {
-    const [commit, branchRef] = await Promise.all([
-      hasLooseObject(common, baseCommit),
-      fileRef(common, `refs/heads/${branch}`),
-    ]);
+    const commit = hasLooseObject(common, baseCommit);
+    const branchRef = fileRef(common, `refs/heads/${branch}`);
     if (commit && branchRef === 'absent') return { commit: true, branchAt: null };
   }
   let out: string;

@@ -32,91 +32,68 @@
  * - `ownedByMe(path)`: the path exists and belongs to this process's
  *   effective user (where Git's `safe.directory` check lets Git answer).
  * Loose refs and objects are written to a temporary file and renamed by Git,
- * so a read sees a whole value or none.
+ * so a read sees a whole value or none. The reads are synchronous system
+ * calls (src/git/small-reads.ts, ADR 0040).
  */
-import { lstat, open, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inflateSync, constants as zlib } from 'node:zlib';
+import { lstatCode, lstatOrNull, readHead, readTextOrCode, statOrNull } from './small-reads';
 
 const OID = /^([0-9a-f]{40}|[0-9a-f]{64})\n?$/;
 
 /** This process's effective user, or null where the platform has none (then no path is "mine"). */
 const myUid = (): number | null => (typeof process.geteuid === 'function' ? process.geteuid() : null);
 
-export async function ownedByMe(path: string): Promise<boolean> {
+export function ownedByMe(path: string): boolean {
   const uid = myUid();
   if (uid === null) return false;
   // What the path resolves to, as Git checks the canonical directories it discovered.
-  const s = await stat(path).catch(() => null);
+  const s = statOrNull(path);
   return s !== null && s.uid === uid;
 }
 
-const isDirectory = async (p: string): Promise<boolean> => (await lstat(p).catch(() => null))?.isDirectory() ?? false;
-const isMissing = async (p: string): Promise<boolean> =>
-  lstat(p).then(
-    () => false,
-    (err: NodeJS.ErrnoException) => err.code === 'ENOENT',
-  );
+const isDirectory = (p: string): boolean => lstatOrNull(p)?.isDirectory() ?? false;
+const isMissing = (p: string): boolean => lstatCode(p) === 'ENOENT';
 
-export async function refsAreFiles(common: string): Promise<boolean> {
-  const [heads, noReftable, mine] = await Promise.all([
-    isDirectory(join(common, 'refs', 'heads')),
-    isMissing(join(common, 'reftable')),
-    ownedByMe(common),
-  ]);
-  return heads && noReftable && mine;
+export function refsAreFiles(common: string): boolean {
+  return isDirectory(join(common, 'refs', 'heads')) && isMissing(join(common, 'reftable')) && ownedByMe(common);
 }
 
-export async function filesRepository(dir: string): Promise<string | null> {
+export function filesRepository(dir: string): string | null {
   const common = join(dir, '.git');
-  const [gitDir, noCommondir, mine, files] = await Promise.all([
-    isDirectory(common),
-    isMissing(join(common, 'commondir')),
-    ownedByMe(dir),
-    refsAreFiles(common),
-  ]);
-  return gitDir && noCommondir && mine && files ? common : null;
+  const repository =
+    isDirectory(common) && isMissing(join(common, 'commondir')) && ownedByMe(dir) && refsAreFiles(common);
+  return repository ? common : null;
 }
 
-export async function fileRef(common: string, ref: string): Promise<{ oid: string } | 'absent' | null> {
+export function fileRef(common: string, ref: string): { oid: string } | 'absent' | null {
   if (!ref.startsWith('refs/') || ref.split('/').some((part) => part === '' || part === '.' || part === '..')) {
     return null;
   }
-  let text: string;
-  try {
-    text = await readFile(join(common, ref), 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return null;
-    let packed: string;
-    try {
-      packed = await readFile(join(common, 'packed-refs'), 'utf8');
-    } catch (e) {
-      return (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'absent' : null;
-    }
-    return `${packed}\n`.includes(` ${ref}\n`) ? null : 'absent';
+  const loose = readTextOrCode(join(common, ref));
+  if ('code' in loose) {
+    if (loose.code !== 'ENOENT') return null;
+    const packed = readTextOrCode(join(common, 'packed-refs'));
+    if ('code' in packed) return packed.code === 'ENOENT' ? 'absent' : null;
+    return `${packed.text}\n`.includes(` ${ref}\n`) ? null : 'absent';
   }
-  const oid = OID.exec(text)?.[1];
+  const oid = OID.exec(loose.text)?.[1];
   return oid === undefined ? null : { oid };
 }
 
-export async function hasLooseObject(common: string, oid: string): Promise<boolean> {
+export function hasLooseObject(common: string, oid: string): boolean {
   if (!OID.test(oid)) return false;
-  const s = await stat(join(common, 'objects', oid.slice(0, 2), oid.slice(2))).catch(() => null);
+  const s = statOrNull(join(common, 'objects', oid.slice(0, 2), oid.slice(2)));
   return s !== null && s.isFile() && s.size > 0;
 }
 
-export async function looseCommit(common: string, oid: string): Promise<boolean> {
+export function looseCommit(common: string, oid: string): boolean {
   if (!OID.test(oid)) return false;
+  const compressed = readHead(join(common, 'objects', oid.slice(0, 2), oid.slice(2)), 64);
+  if (compressed === null) return false;
   let head: Buffer;
   try {
-    const file = await open(join(common, 'objects', oid.slice(0, 2), oid.slice(2)), 'r');
-    try {
-      const buf = Buffer.alloc(64);
-      const { bytesRead } = await file.read(buf, 0, 64, 0);
-      head = inflateSync(buf.subarray(0, bytesRead), { finishFlush: zlib.Z_SYNC_FLUSH });
-    } finally {
-      await file.close();
-    }
+    head = inflateSync(compressed, { finishFlush: zlib.Z_SYNC_FLUSH });
   } catch {
     return false;
   }
@@ -126,16 +103,14 @@ export async function looseCommit(common: string, oid: string): Promise<boolean>
 /** A branch name with no revision syntax, and not one Git could also read as an abbreviated object ID. */
 const PLAIN_BRANCH = /^(?!.*\.\.)(?!.*\/\.)(?!.*\.lock$)(?!.*\/$)[A-Za-z0-9_][A-Za-z0-9._/-]*$/;
 
-export async function branchCommitFromFiles(repo: string, name: string): Promise<string | null> {
+export function branchCommitFromFiles(repo: string, name: string): string | null {
   if (!PLAIN_BRANCH.test(name) || /^[0-9a-f]{4,}$/i.test(name) || name === 'HEAD') return null;
-  const common = await filesRepository(repo);
+  const common = filesRepository(repo);
   if (common === null) return null;
-  const [gitDirEntry, refsEntry, tag, branch] = await Promise.all([
-    isMissing(join(common, name)),
-    fileRef(common, `refs/${name}`),
-    fileRef(common, `refs/tags/${name}`),
-    fileRef(common, `refs/heads/${name}`),
-  ]);
+  const gitDirEntry = isMissing(join(common, name));
+  const refsEntry = fileRef(common, `refs/${name}`);
+  const tag = fileRef(common, `refs/tags/${name}`);
+  const branch = fileRef(common, `refs/heads/${name}`);
   if (!gitDirEntry || refsEntry !== 'absent' || tag !== 'absent' || branch === null || branch === 'absent') return null;
-  return (await looseCommit(common, branch.oid)) ? branch.oid : null;
+  return looseCommit(common, branch.oid) ? branch.oid : null;
 }

@@ -37,7 +37,7 @@ const git = (args: string[]): RunRequest => ({
  * whether `repoPath` is a repository at all, for the precise error.
  */
 export async function resolveCommit(repoPath: string, ref: string): Promise<string> {
-  const fromFiles = await branchCommitFromFiles(repoPath, ref);
+  const fromFiles = branchCommitFromFiles(repoPath, ref);
   if (fromFiles !== null) return fromFiles;
   const verified = await runCommand(
     git(['-C', repoPath, 'rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`]),

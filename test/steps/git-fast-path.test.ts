@@ -79,7 +79,7 @@ describe('inspectLinkedWorktree', () => {
   it('says what the full inspection says of a new worktree, before and after its marker', async () => {
     const path = join(trees, 'wt');
     git(repo, 'worktree', 'add', '-q', '-b', 'tl/one', path, base);
-    const linked = await linkedGitDir(path);
+    const linked = linkedGitDir(path);
     expect(linked).not.toBeNull();
     expect(linked!.markerText).toBeNull();
     const fast = await inspectLinkedWorktree(repo, path, 'tl/one', T);
@@ -110,7 +110,7 @@ describe('inspectLinkedWorktree', () => {
       const foreign = join(trees, 'foreign');
       git(other, 'worktree', 'add', '-q', '-b', 'tl/three', foreign, 'main');
       expect(await inspectLinkedWorktree(repo, foreign, 'tl/three', T)).toBeNull();
-      expect(await linkedGitDir(repo)).toBeNull();
+      expect(linkedGitDir(repo)).toBeNull();
     } finally {
       await rm(other, { recursive: true, force: true });
     }
@@ -133,35 +133,35 @@ describe("from Git's files", () => {
     git(repo, 'branch', 'feature/y', base);
     expect(await withoutGit(() => repositoryPreflight(repo, base, 'feature/y', T))).toBeNull();
     git(repo, 'pack-refs', '--all');
-    expect(await fileRef(join(repo, '.git'), 'refs/heads/feature/y')).toBeNull();
+    expect(fileRef(join(repo, '.git'), 'refs/heads/feature/y')).toBeNull();
     expect(await withoutGit(() => repositoryPreflight(repo, base, 'feature/y', T))).toBeNull();
     expect(await repositoryPreflight(repo, base, 'feature/y', T)).toEqual({ commit: true, branchAt: base });
   });
 
   it('the preflight asks Git for a packed base commit, and for a repository whose refs are not plain files', async () => {
     git(repo, 'gc', '-q');
-    expect(await hasLooseObject(join(repo, '.git'), base)).toBe(false);
+    expect(hasLooseObject(join(repo, '.git'), base)).toBe(false);
     expect(await withoutGit(() => repositoryPreflight(repo, base, 'tl/z', T))).toBeNull();
     expect(await repositoryPreflight(repo, base, 'tl/z', T)).toEqual({ commit: true, branchAt: null });
-    expect(await filesRepository(join(repo, 'no-such-dir'))).toBeNull();
-    expect(await filesRepository(trees)).toBeNull();
+    expect(filesRepository(join(repo, 'no-such-dir'))).toBeNull();
+    expect(filesRepository(trees)).toBeNull();
     const wt = join(trees, 'wt');
     git(repo, 'worktree', 'add', '-q', '-b', 'tl/wt', wt, base);
-    expect(await filesRepository(wt)).toBeNull();
-    expect(await filesRepository(repo)).toBe(join(repo, '.git'));
+    expect(filesRepository(wt)).toBeNull();
+    expect(filesRepository(repo)).toBe(join(repo, '.git'));
   });
 
   it('reads refs exactly: a loose commit, absent, or null for what only Git can say', async () => {
     const common = join(repo, '.git');
-    expect(await fileRef(common, 'refs/heads/main')).toEqual({ oid: base });
-    expect(await fileRef(common, 'refs/heads/none')).toBe('absent');
-    expect(await fileRef(common, 'refs/heads/main/below')).toBeNull();
-    expect(await fileRef(common, 'refs/heads/../HEAD')).toBeNull();
-    expect(await fileRef(common, 'HEAD')).toBeNull();
+    expect(fileRef(common, 'refs/heads/main')).toEqual({ oid: base });
+    expect(fileRef(common, 'refs/heads/none')).toBe('absent');
+    expect(fileRef(common, 'refs/heads/main/below')).toBeNull();
+    expect(fileRef(common, 'refs/heads/../HEAD')).toBeNull();
+    expect(fileRef(common, 'HEAD')).toBeNull();
     git(repo, 'symbolic-ref', 'refs/heads/alias', 'refs/heads/main');
-    expect(await fileRef(common, 'refs/heads/alias')).toBeNull();
-    expect(await ownedByMe(repo)).toBe(true);
-    expect(await ownedByMe(join(trees, 'nothing'))).toBe(false);
+    expect(fileRef(common, 'refs/heads/alias')).toBeNull();
+    expect(ownedByMe(repo)).toBe(true);
+    expect(ownedByMe(join(trees, 'nothing'))).toBe(false);
   });
 
   it('a new worktree is proven from its files; a detached or packed one is left to Git', async () => {
@@ -193,7 +193,7 @@ describe("from Git's files", () => {
 
 describe("Begin's base branch from Git's files", () => {
   it('resolves a plain branch whose loose ref names a loose commit without Git, as Git does', async () => {
-    expect(await branchCommitFromFiles(repo, 'main')).toBe(base);
+    expect(branchCommitFromFiles(repo, 'main')).toBe(base);
     expect(await withoutGit(() => resolveCommit(repo, 'main'))).toBe(base);
     git(repo, 'branch', 'feature/one', base);
     expect(await withoutGit(() => resolveCommit(repo, 'feature/one'))).toBe(git(repo, 'rev-parse', 'feature/one'));
@@ -201,9 +201,9 @@ describe("Begin's base branch from Git's files", () => {
 
   it('leaves to Git what the files do not prove: a tag of the same name, revision syntax, packed refs or objects', async () => {
     const common = join(repo, '.git');
-    expect(await looseCommit(common, base)).toBe(true);
-    expect(await looseCommit(common, git(repo, 'rev-parse', 'HEAD^{tree}'))).toBe(false);
-    expect(await looseCommit(common, 'f'.repeat(40))).toBe(false);
+    expect(looseCommit(common, base)).toBe(true);
+    expect(looseCommit(common, git(repo, 'rev-parse', 'HEAD^{tree}'))).toBe(false);
+    expect(looseCommit(common, 'f'.repeat(40))).toBe(false);
     // A tag is found before a branch of the same name: Git's answer, not the branch's.
     await writeFile(join(repo, 'second.md'), 'two\n');
     git(repo, 'add', 'second.md');
@@ -211,15 +211,15 @@ describe("Begin's base branch from Git's files", () => {
     const second = git(repo, 'rev-parse', 'HEAD');
     git(repo, 'branch', 'release', second);
     git(repo, 'tag', 'release', base);
-    expect(await branchCommitFromFiles(repo, 'release')).toBeNull();
+    expect(branchCommitFromFiles(repo, 'release')).toBeNull();
     expect(await resolveCommit(repo, 'release')).toBe(base);
     for (const name of ['HEAD', 'main~1', 'main^', base.slice(0, 7), 'a..b', 'x.lock', '-main', 'feature/']) {
-      expect(await branchCommitFromFiles(repo, name)).toBeNull();
+      expect(branchCommitFromFiles(repo, name)).toBeNull();
     }
     expect(await resolveCommit(repo, 'main~1')).toBe(base);
     // Packed: only Git answers, and it answers the same.
     git(repo, 'gc', '-q');
-    expect(await branchCommitFromFiles(repo, 'main')).toBeNull();
+    expect(branchCommitFromFiles(repo, 'main')).toBeNull();
     expect(await withoutGit(() => resolveCommit(repo, 'main').catch((e: unknown) => e))).toBeInstanceOf(GitError);
     expect(await resolveCommit(repo, 'main')).toBe(second);
   });

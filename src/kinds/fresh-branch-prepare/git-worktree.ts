@@ -79,7 +79,7 @@ export async function quarantineWorktree(
   timeoutMs: number,
 ): Promise<void> {
   await mkdir(dirname(quarantinePath), { recursive: true });
-  if (await pathExists(path)) await runGit(['-C', repo, 'worktree', 'move', path, quarantinePath], timeoutMs);
+  if (pathExists(path)) await runGit(['-C', repo, 'worktree', 'move', path, quarantinePath], timeoutMs);
   if ((await branchCommit(repo, branch, timeoutMs)) !== null) {
     await runGit(['-C', repo, 'branch', '-m', branch, quarantineBranch], timeoutMs);
   }

@@ -45,7 +45,7 @@
  * so the step retries and perform adopts the marked worktree; else conflict.
  */
 import { failpoint } from '../../failpoints';
-import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { canonicalJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
@@ -168,11 +168,12 @@ function gitRows(req: Req, g: GitState | null, dbRows: FreshBranchRows | null = 
   return rows;
 }
 
-async function writeMarkerFile(gitDir: string, text: string): Promise<void> {
+/** Synchronous, as the Git files are read (src/git/small-reads.ts, ADR 0040): two system calls on a local file. */
+function writeMarkerFile(gitDir: string, text: string): void {
   const target = join(gitDir, WORKTREE_MARKER_FILE);
   const tmp = `${target}.${process.pid}.${Date.now()}.tmp`;
-  await writeFile(tmp, text, { flag: 'wx' });
-  await rename(tmp, target);
+  writeFileSync(tmp, text, { flag: 'wx' });
+  renameSync(tmp, target);
 }
 
 async function fail(
@@ -231,11 +232,11 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
   const marker = markerFileText(req, owner);
   // A new worktree's usual case — no branch (preflight) and nothing at the planned path — needs no full
   // inspection; anything else is inspected in full before Git is touched.
-  const fresh = pre !== null && pre.branchAt === null && !(await pathExists(path));
+  const fresh = pre !== null && pre.branchAt === null && !pathExists(path);
   const before = fresh ? null : await inspect(repo.path, path, req.branch, timeoutMs);
   if (before === null || nothingThere(before)) {
     try {
-      await mkdir(dirname(path), { recursive: true });
+      mkdirSync(dirname(path), { recursive: true });
       await addWorktree(repo.path, path, req.branch, req.base_commit, timeoutMs);
     } catch (err) {
       let after = await inspect(repo.path, path, req.branch, timeoutMs);
@@ -254,12 +255,12 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
       }
       return fail(db, claim, 'ambiguous', 'git_failed', message, gitRows(req, after));
     }
-    const made = await linkedGitDir(path);
+    const made = linkedGitDir(path);
     if (made === null || made.markerText !== null) {
       const g = await inspect(repo.path, path, req.branch, timeoutMs);
       return fail(db, claim, 'ambiguous', 'worktree_mismatch', 'the new worktree is not as created', gitRows(req, g));
     }
-    await writeMarkerFile(made.gitDir, marker);
+    writeMarkerFile(made.gitDir, marker);
   } else if (!(before.registered && before.markerText === marker)) {
     return fail(
       db,
@@ -309,7 +310,7 @@ async function observe(deps: Parameters<StepHandler['observe']>[0], step: StepRo
   const rows = await readFreshBranchRows(deps.db, step, path);
   const set = (g: GitState | null) => gitRows(req, g, rows);
   if (!(await isGitRepository(repo.path, deps.timeoutMs))) {
-    const gone = rows.envRepo === 'absent' && !(await pathExists(path));
+    const gone = rows.envRepo === 'absent' && !pathExists(path);
     return gone
       ? {
           effect: 'absent_proven',

@@ -10,7 +10,9 @@
  * of a step that has just made its worktree uses `inspectLinkedWorktree`,
  * which reads the same facts from that one worktree with one Git process.
  */
-import { lstat, readFile, realpath } from 'node:fs/promises';
+import { lstatSync } from 'node:fs';
+import { readFile, realpath } from 'node:fs/promises';
+import { readText, realpathOrNull } from '../../git/small-reads';
 import { join, resolve } from 'node:path';
 import {
   absoluteGitDir,
@@ -41,9 +43,9 @@ export interface WorktreeState {
   clean: boolean | null;
 }
 
-export async function pathExists(p: string): Promise<boolean> {
+export function pathExists(p: string): boolean {
   try {
-    await lstat(p);
+    lstatSync(p);
     return true;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
@@ -64,7 +66,7 @@ export async function inspectWorktree(
   timeoutMs: number,
   options: { clean?: boolean } = {},
 ): Promise<WorktreeState> {
-  const exists = await pathExists(path);
+  const exists = pathExists(path);
   const real = exists ? await realpath(path) : path;
   const entry = (await listWorktrees(repo, timeoutMs)).find((w) => w.path === path || w.path === real);
   const live = entry !== undefined && exists;
@@ -101,20 +103,15 @@ export async function inspectLinkedWorktree(
   branch: string,
   timeoutMs: number,
 ): Promise<WorktreeState | null> {
-  const facts = (await linkedFactsFromFiles(path, branch)) ?? (await linkedFactsFromGit(path, branch, timeoutMs));
+  const facts = linkedFactsFromFiles(path, branch) ?? (await linkedFactsFromGit(path, branch, timeoutMs));
   if (facts === null) return null;
   const { commonDir, gitDir, head, branchAt, checkedOut } = facts;
-  const real = (p: string) => realpath(p).catch(() => null);
-  const [realRepo, realCommon, realGitDir, realPath] = await Promise.all([
-    real(repo),
-    real(commonDir),
-    real(gitDir),
-    real(path),
-  ]);
+  const real = realpathOrNull;
+  const [realRepo, realCommon, realGitDir, realPath] = [real(repo), real(commonDir), real(gitDir), real(path)];
   if (realRepo === null || realCommon === null || realGitDir === null || realPath === null) return null;
   const ownsRepo = realCommon === realRepo || realCommon === join(realRepo, '.git');
-  const backLink = (await readFile(join(gitDir, 'gitdir'), 'utf8').catch(() => '')).trim();
-  const backTo = backLink === '' ? null : await real(resolve(gitDir, backLink, '..'));
+  const backLink = (readText(join(gitDir, 'gitdir')) ?? '').trim();
+  const backTo = backLink === '' ? null : real(resolve(gitDir, backLink, '..'));
   const registered = ownsRepo && resolve(realGitDir, '..') === join(realCommon, 'worktrees') && backTo === realPath;
   if (!registered) return null;
   return {
@@ -125,7 +122,7 @@ export async function inspectLinkedWorktree(
     head,
     checkedOut,
     gitDir: realGitDir,
-    markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null),
+    markerText: readText(join(gitDir, WORKTREE_MARKER_FILE)),
     clean: null,
   };
 }
@@ -145,25 +142,21 @@ interface LinkedFacts {
  * names the checked-out branch; the branch's loose ref file holds the commit both HEAD and the branch are
  * at (the files a `git rev-parse` there reads). Null unless every one of those files proves its fact.
  */
-async function linkedFactsFromFiles(path: string, branch: string): Promise<LinkedFacts | null> {
-  const text = await readFile(join(path, '.git'), 'utf8').catch(() => null);
+function linkedFactsFromFiles(path: string, branch: string): LinkedFacts | null {
+  const text = readText(join(path, '.git'));
   const m = text === null ? null : /^gitdir: (.+)$/m.exec(text);
-  if (!m || !(await ownedByMe(path))) return null;
+  if (!m || !ownedByMe(path)) return null;
   const gitDir = resolve(path, m[1]!.trim());
-  const [commondir, headText] = await Promise.all([
-    readFile(join(gitDir, 'commondir'), 'utf8').catch(() => null),
-    readFile(join(gitDir, 'HEAD'), 'utf8').catch(() => null),
-  ]);
+  const commondir = readText(join(gitDir, 'commondir'));
+  const headText = readText(join(gitDir, 'HEAD'));
   const symref = headText === null ? null : /^ref: (refs\/heads\/\S+)\n?$/.exec(headText);
   if (commondir === null || commondir.trim() === '' || !symref) return null;
   const commonDir = resolve(gitDir, commondir.trim());
-  if (!(await refsAreFiles(commonDir))) return null;
+  if (!refsAreFiles(commonDir)) return null;
   const checkedOut = symref[1]!;
   const branchRef = `refs/heads/${branch}`;
-  const [branchAt, head] = await Promise.all([
-    fileRef(commonDir, branchRef),
-    checkedOut === branchRef ? null : fileRef(commonDir, checkedOut),
-  ]);
+  const branchAt = fileRef(commonDir, branchRef);
+  const head = checkedOut === branchRef ? null : fileRef(commonDir, checkedOut);
   const headAt = checkedOut === branchRef ? branchAt : head;
   if (branchAt === null || branchAt === 'absent' || headAt === null || headAt === 'absent') return null;
   return { commonDir, gitDir, head: headAt.oid, branchAt: branchAt.oid, checkedOut };
@@ -202,10 +195,10 @@ async function linkedFactsFromGit(path: string, branch: string, timeoutMs: numbe
  * file's text there: read from the file system, no Git process. Null when `path/.git` is not such a file.
  * What it says is proven afterwards by `inspectLinkedWorktree`.
  */
-export async function linkedGitDir(path: string): Promise<{ gitDir: string; markerText: string | null } | null> {
-  const text = await readFile(join(path, '.git'), 'utf8').catch(() => null);
+export function linkedGitDir(path: string): { gitDir: string; markerText: string | null } | null {
+  const text = readText(join(path, '.git'));
   const m = text === null ? null : /^gitdir: (.+)$/m.exec(text);
   if (!m) return null;
   const gitDir = resolve(path, m[1]!.trim());
-  return { gitDir, markerText: await readFile(join(gitDir, WORKTREE_MARKER_FILE), 'utf8').catch(() => null) };
+  return { gitDir, markerText: readText(join(gitDir, WORKTREE_MARKER_FILE)) };
 }
