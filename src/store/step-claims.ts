@@ -7,10 +7,13 @@
  * in an active workspace (`workspace_deleting` otherwise), while the
  * operation is `preparing`, no step failed permanently and no
  * compensation is pending; a launch intent only when PreLaunchArmPredicate's
- * other steps hold. No event. Conflicts write nothing.
+ * other steps hold. No event. Conflicts write nothing. A claim of its own
+ * (`claimTaskCreationStep`) sends its compare-and-set and the lease's
+ * read-back with COMMIT: two round trips, the guard's and the commit's.
  */
 import { ConflictError } from '../domain/errors';
 import { TIER } from '../db/lock-plan';
+import type { StatementResult } from '../db/batch';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import { guardOperationLocked, lockTaskChainLocked, type TaskLockRow } from './operation-guard';
 import {
@@ -37,7 +40,17 @@ export async function claimTaskCreationStep(
   owner: string,
   leaseMs: number = DEFAULT_LEASE_MS,
 ): Promise<StepClaim> {
-  return runTransaction(db, 'ClaimTaskCreationStep', (tx) => claimStepLocked(tx, auth, ref, owner, leaseMs));
+  // The compare-and-set and the lease's read-back travel with COMMIT (ADR 0040): the claim is one round trip
+  // after the guard's, and its lease is read once the claim committed.
+  const { claim, lease } = await runTransaction(db, 'ClaimTaskCreationStep', async (tx) => {
+    const claimed = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, { leaseAtCommit: true });
+    return { claim: claimed.claim, lease: claimed.leaseAtCommit! };
+  });
+  // The read-back is the last of the statements sent with COMMIT.
+  const results = await lease;
+  const row = results[results.length - 1]?.rows[0] as { lease_expires_at: Date } | undefined;
+  if (!row) throw new Error('internal: the claimed step row did not read back after COMMIT');
+  return { ...claim, leaseExpiresAt: new Date(row.lease_expires_at) };
 }
 
 /** The claim inside the caller's transaction, which must hold no lock yet (it takes tiers 1 to 7). */
@@ -63,8 +76,13 @@ export async function claimStepInContextLocked(
   owner: string,
   leaseMs: number,
   /** Also take the task's external-ID key (5.1), for a transaction that may go on to Complete's phase A. */
-  options: { externalIdKey?: boolean; recordedHere?: boolean } = {},
-): Promise<{ claim: StepClaim; ctx: ClaimContext; chain: { task: TaskLockRow; identityState: string | undefined } }> {
+  options: { externalIdKey?: boolean; recordedHere?: boolean; leaseAtCommit?: boolean } = {},
+): Promise<{
+  claim: StepClaim;
+  ctx: ClaimContext;
+  chain: { task: TaskLockRow; identityState: string | undefined };
+  leaseAtCommit?: Promise<StatementResult[]>;
+}> {
   const externalIdKey = options.externalIdKey === true;
   // A transaction that may go on to phase A checks Begin's rows: its locks read them too (`planned`, ADR 0034).
   const guarded = await guardOperationLocked(tx, auth, {
@@ -104,6 +122,7 @@ export async function claimStepInContextLocked(
   verifyStepSet(steps, plan);
   const claimed = await claimLockedStepLocked(tx, { guarded, steps, step: findStep(steps, ref) }, owner, leaseMs, {
     recordedHere: options.recordedHere,
+    leaseAtCommit: options.leaseAtCommit,
   });
   return { ...claimed, chain: { task, identityState } };
 }
@@ -124,8 +143,13 @@ export async function claimLockedStepLocked(
    * `recordedHere`: this transaction records the step too (a ledger batch): the claim's compare-and-set is folded
    * into its record (ADR 0035), and the caller calls `settleFoldedClaim` after the effect; no lease is read back.
    */
-  options: { recordedHere?: boolean } = {},
-): Promise<{ claim: StepClaim; ctx: ClaimContext }> {
+  /**
+   * `leaseAtCommit`: nothing follows the claim in this transaction (a claim of its own): the compare-and-set is
+   * expected to change one row and is sent with COMMIT, and so is the lease's read-back, the last result of
+   * `leaseAtCommit` once committed; the claim's `leaseExpiresAt` is null until the caller fills it from that.
+   */
+  options: { recordedHere?: boolean; leaseAtCommit?: boolean } = {},
+): Promise<{ claim: StepClaim; ctx: ClaimContext; leaseAtCommit?: Promise<StatementResult[]> }> {
   const { guarded, steps, step } = base;
   const { op, plan } = guarded;
   const request = verifyStepRequest(step, plan);
@@ -156,7 +180,13 @@ export async function claimLockedStepLocked(
   const cas = claimCasStatement(tx, step, owner, leaseMs);
   const stale = () => new ConflictError('stale_claim', 'step changed while being claimed', { step_id: step.id });
   let leaseExpiresAt: Date | null = null;
-  if (options.recordedHere !== true) {
+  let leaseAtCommit: Promise<StatementResult[]> | undefined;
+  if (options.leaseAtCommit === true) {
+    tx.expect(cas, 1, stale);
+    leaseAtCommit = tx.commitWith([
+      { sql: 'SELECT lease_expires_at FROM task_creation_steps WHERE id = ?', params: [step.id] },
+    ]);
+  } else if (options.recordedHere !== true) {
     // The update and the read-back travel together (Tx.batch); the read is only used when the update took.
     const [changed, lease] = await Promise.all([
       tx.exec(cas.sql, [...cas.params]),
@@ -189,7 +219,7 @@ export async function claimLockedStepLocked(
     lease_expires_at: leaseExpiresAt,
   };
   const ctx: ClaimContext = { guarded, steps: steps.map((s) => (s.id === step.id ? running : s)), step: running };
-  return { claim, ctx };
+  return { claim, ctx, leaseAtCommit };
 }
 
 /**
