@@ -142,6 +142,19 @@ export function claimLivePredicate(tx: Tx, claim: StepClaim): { where: string; p
 }
 
 /**
+ * The liveness check as a fence (`Tx.expect`, ADR 0028): the SELECT travels with the transaction's next statements
+ * instead of a round trip of its own, and the runner checks before COMMIT that it answered the claim's row — a
+ * stale claim rolls back everything after it and throws `stale_claim`, as `assertClaimLiveLocked` would have before
+ * it. Only for a claim of its own (leased, `running`): a folded claim's row changes at its record, which may be
+ * issued before the fence would be answered (ADR 0040).
+ */
+export function expectClaimLiveLocked(tx: Tx, claim: StepClaim): void {
+  if (folded.get(claim)?.recorded === false) throw new Error('internal: a folded claim is checked as it is read');
+  const { where, params } = claimLivePredicate(tx, claim);
+  tx.expect({ sql: `SELECT id FROM task_creation_steps WHERE ${where}`, params }, 1, staleClaim(claim));
+}
+
+/**
  * The compare-and-set every claimed result goes through. Sent without waiting
  * (`Tx.expect`): it travels with the transaction's next statements, and the
  * runner checks it took before COMMIT — a stale claim rolls back everything

@@ -19,16 +19,21 @@
  * foreign row, a missing marker or a missing environment leaves the Git work
  * in place and makes the step `unknown` (`conflict`).
  * No event in either.
+ *
+ * Round trips (ADR 0040): PersistWorktreeMarker is three — the guard; the
+ * claim's liveness fence with the marker's lock, which reads the row; the
+ * INSERT with COMMIT. RecordFreshBranch is four — the guard; the locks, which
+ * read the rows checked next, with the one read no lock answers; the INSERT
+ * with its read-back; the record with COMMIT.
  */
 import { sameJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
 import { worktreePathMatches } from '../../plan/fresh-branch';
-import { lockClaimedLocked } from '../../store/claimed';
+import { expectClaimLiveLocked, lockClaimedLocked } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
 import {
-  assertClaimLiveLocked,
   effectMismatch,
   failWithRowsLocked,
   ownerOf,
@@ -44,6 +49,9 @@ import {
 import {
   readEnvironment,
   readEnvironmentRepo,
+  ENV_REPO_COLUMNS,
+  ENVIRONMENT_COLUMNS,
+  MARKER_COLUMNS,
   readMarker,
   rowHash,
   sameRow,
@@ -159,7 +167,7 @@ export function freshBranchObservation(req: Req, owner: EffectOwner, worktreePat
   };
 }
 
-function markerLock(req: Req, mode: 'update' | 'share'): LockNeed {
+function markerLock(req: Req, mode: 'update' | 'share', reads?: string): LockNeed {
   return {
     tier: TIER.MARKER,
     table: 'task_resource_markers',
@@ -167,10 +175,13 @@ function markerLock(req: Req, mode: 'update' | 'share'): LockNeed {
     where: 'resource_key = ?',
     params: [req.resource_key],
     mode,
+    ...(reads === undefined ? {} : { reads }),
   };
 }
 
-function rowLocks(req: Req, exclusive: boolean): LockNeed[] {
+/** `reading`: the locks read the rows `readFreshRows` reads next, which are answered from them (ADR 0032). */
+function rowLocks(req: Req, exclusive: boolean, reading = false): LockNeed[] {
+  const reads = (columns: string) => (reading ? { reads: columns } : {});
   return [
     {
       tier: TIER.ENVIRONMENT,
@@ -179,6 +190,7 @@ function rowLocks(req: Req, exclusive: boolean): LockNeed[] {
       where: 'id = ?',
       params: [req.task_environment_id],
       mode: 'share',
+      ...reads(ENVIRONMENT_COLUMNS),
     },
     {
       tier: TIER.ENVIRONMENT_REPO,
@@ -187,8 +199,9 @@ function rowLocks(req: Req, exclusive: boolean): LockNeed[] {
       where: 'id = ?',
       params: [req.task_environment_repo_id],
       mode: exclusive ? 'update' : 'share',
+      ...reads(ENV_REPO_COLUMNS),
     },
-    markerLock(req, 'share'),
+    markerLock(req, 'share', reading ? MARKER_COLUMNS : undefined),
   ];
 }
 
@@ -200,8 +213,9 @@ export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'
     'PersistWorktreeMarker',
     async (tx) => {
       const ctx = await lockClaimedLocked(tx, claim);
-      await assertClaimLiveLocked(tx, claim);
-      await takeLocks(tx, [markerLock(req, 'update')]);
+      // The liveness fence, the marker's lock and its read travel in one round trip (ADR 0040).
+      expectClaimLiveLocked(tx, claim);
+      await takeLocks(tx, [markerLock(req, 'update', MARKER_COLUMNS)]);
       const found = await readMarker(txReader(tx), req.resource_key);
       const p = presence(found, want);
       if (p === 'foreign') {
@@ -217,19 +231,22 @@ export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'
         );
       }
       if (p === 'absent') {
-        await tx.exec(
-          `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
+        // Sent with COMMIT: its only failure, a concurrent marker's primary key, restarts the transaction.
+        void tx.commitWith([
+          {
+            sql: `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-          [
-            want.resource_key,
-            want.workspace_id,
-            want.task_id,
-            want.operation_id,
-            want.step_id,
-            want.kind,
-            want.marker_sha256,
-          ],
-        );
+            params: [
+              want.resource_key,
+              want.workspace_id,
+              want.task_id,
+              want.operation_id,
+              want.step_id,
+              want.kind,
+              want.marker_sha256,
+            ],
+          },
+        ]);
       }
       return 'persisted';
     },
@@ -249,9 +266,10 @@ export async function recordFreshBranch(db: Db, claim: StepClaim, proof: FreshBr
     'RecordFreshBranch',
     async (tx) => {
       const ctx = await lockClaimedLocked(tx, claim);
-      await takeLocks(tx, rowLocks(req, true));
+      // The locks read the rows read next; the one read no lock answers (the twin) travels with them (ADR 0040).
+      const locked = takeLocks(tx, rowLocks(req, true, true));
       const read = txReader(tx);
-      const rows = await readFreshRows(read, req, owner, proof.worktree_path);
+      const [rows] = await Promise.all([readFreshRows(read, req, owner, proof.worktree_path), locked]);
       const set = freshBranchRowSet(req, rows);
       if (rows.envRepo === 'foreign') {
         return failWithRowsLocked(
@@ -287,20 +305,25 @@ export async function recordFreshBranch(db: Db, claim: StepClaim, proof: FreshBr
         );
       }
       if (rows.envRepo === 'absent') {
-        await tx.exec(
-          `INSERT INTO task_environment_repos (id, environment_id, workspace_id, repository_id, worktree_path, branch, base_commit, operation_id, step_id, created_at)
+        // Not waited for: it travels with the read-back below, which sees it (the runner checks it inserted one row).
+        tx.expect(
+          {
+            sql: `INSERT INTO task_environment_repos (id, environment_id, workspace_id, repository_id, worktree_path, branch, base_commit, operation_id, step_id, created_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-          [
-            want.id,
-            want.environment_id,
-            want.workspace_id,
-            want.repository_id,
-            want.worktree_path,
-            want.branch,
-            want.base_commit,
-            want.operation_id,
-            want.step_id,
-          ],
+            params: [
+              want.id,
+              want.environment_id,
+              want.workspace_id,
+              want.repository_id,
+              want.worktree_path,
+              want.branch,
+              want.base_commit,
+              want.operation_id,
+              want.step_id,
+            ],
+          },
+          1,
+          () => new Error('internal: the environment-repo row was not inserted'),
         );
       }
       const after = await readFreshRows(read, req, owner, proof.worktree_path);
