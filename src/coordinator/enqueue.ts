@@ -10,7 +10,11 @@
  * share one wake-up: only the first is sent, and the worker that runs it runs
  * the others in turn (inline, or by calling this again when it is done), each
  * in its own one-transaction claim. A crash in between leaves the rest
- * `planned` for the next call or the sweep. Right after Begin,
+ * `planned` for the next call or the sweep. That wake-up also stands for the
+ * operation's `planned` steps whose effect is outside the ledger (Git,
+ * providers): the batch claims them with itself and its worker performs them
+ * (ADR 0040); a worker that does not perform a kind leaves it `planned`, and
+ * the call after its batch, finding no ledger step due, sends it its own job. Right after Begin,
  * `enqueuePlanned` sends the same first wake-ups from the rows Begin wrote.
  */
 import {
@@ -137,6 +141,9 @@ async function sendRunnable(
   const sends: Promise<unknown>[] = [];
   let ledgerWake = false;
   let coalesced = 0;
+  const delayOf = (s: RunnableRow) => (s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0);
+  // A ledger wake-up due now: its batch also claims the operation's first-attempt effect steps (ADR 0040).
+  const ledgerDue = due.some((s) => LEDGER_ONLY_KINDS.has(s.kind) && delayOf(s) === 0);
   for (const s of due) {
     const job: StepJob = {
       operationId,
@@ -146,8 +153,9 @@ async function sendRunnable(
       generation: Number(s.generation),
       ...(options.hint ? { hint: options.hint } : {}),
     };
-    const delay = s.state === 'retry_wait' ? Number(s.delay_ms ?? 0) : 0;
-    if (delay === 0 && options.keep?.(job)) kept.push(job);
+    const delay = delayOf(s);
+    if (ledgerDue && s.state === 'planned' && !LEDGER_ONLY_KINDS.has(s.kind)) coalesced++;
+    else if (delay === 0 && options.keep?.(job)) kept.push(job);
     else if (delay === 0 && LEDGER_ONLY_KINDS.has(s.kind) && ledgerWake) coalesced++;
     else {
       if (delay === 0 && LEDGER_ONLY_KINDS.has(s.kind)) ledgerWake = true;

@@ -6,7 +6,11 @@
  * (`applyInClaim`) is claimed, performed and recorded in one transaction
  * instead (store/ledger-step.ts); in a worker that also completes, the batch
  * that arms the launch intent commits Complete's phase A too, and phase B
- * follows here (ADR 0016). A duplicate or stale job finds the step already
+ * follows here (ADR 0016). The batch also claims the operation's first-attempt
+ * steps whose effect is outside the ledger (a Git worktree, a provider call),
+ * leased and committed with it; they are performed here right after, as
+ * after a claim of their own, instead of one queue hop and one claim
+ * transaction each (ADR 0040). A duplicate or stale job finds the step already
  * claimed or finished, does nothing, and says so in the log. A permanent
  * `failed` starts recovery of the operation at once (compensate, then Abort)
  * instead of waiting for the next sweep; if another step is still running,
@@ -14,7 +18,7 @@
  */
 import { failpoint } from '../failpoints';
 import { isTaskLedgerError } from '../domain/errors';
-import { LEDGER_ONLY_KINDS, type StepState } from '../domain/vocab';
+import { LEDGER_ONLY_KINDS, type StepKind, type StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { StepHandlers } from '../kinds/registry';
@@ -84,6 +88,8 @@ export async function processStepJob(
   let phaseADone = false;
   // The step rows that phase A verified and committed: phase B guesses its verification from them (ADR 0021).
   let verifiedSteps: readonly StepRow[] | undefined;
+  // Effect steps the ledger batch claimed with itself: performed here once it committed (ADR 0040).
+  let claimedWithBatch: StepClaim[] = [];
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
@@ -98,6 +104,7 @@ export async function processStepJob(
             ledgerKindsOf(deps.handlers),
             {
               phaseA: deps.inline !== undefined,
+              effects: (kind) => performsEffect(deps.handlers, kind),
             },
           )
         : {
@@ -105,7 +112,9 @@ export async function processStepJob(
               await claimAndApplyLedgerStep(deps.effects.db, auth, ref, owner, deps.leaseMs, handler.applyInClaim),
             ],
             phaseA: null,
+            claimed: [],
           };
+      claimedWithBatch = batch.claimed;
       const done = batch.results;
       phaseADone = batch.phaseA === 'completing';
       verifiedSteps = 'steps' in batch ? batch.steps : undefined;
@@ -136,6 +145,7 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
+  if (claimedWithBatch.length > 0) failed = (await performClaimedWithBatch(deps, claimedWithBatch, job, log)) || failed;
   if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone, verifiedSteps);
   else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
@@ -151,6 +161,49 @@ export function ledgerKindsOf(handlers: StepHandlers): LedgerKinds {
       kinds[h.kind] = { apply: h.applyInClaim, locks: h.applyLocks, reads: h.applyReads };
   }
   return kinds;
+}
+
+/** A kind this worker performs outside the ledger (a handler without a one-transaction apply). */
+function performsEffect(handlers: StepHandlers, kind: StepKind): boolean {
+  const h = (handlers as Partial<Record<StepKind, StepHandler>>)[kind];
+  return h !== undefined && h.applyInClaim === undefined;
+}
+
+/**
+ * Performs the effect steps a ledger batch claimed with itself, concurrently, each exactly as after a claim of its
+ * own (its lease renewed while it runs, its record by compare-and-set). True when one failed permanently. Every one
+ * is awaited before an error is thrown: a claim whose perform threw keeps its lease, which expires to `unknown`
+ * for the reaper to observe, as when a step job fails after its claim.
+ */
+async function performClaimedWithBatch(
+  deps: StepWorkerDeps,
+  claims: readonly StepClaim[],
+  job: StepJob,
+  log: Logger,
+): Promise<boolean> {
+  const claimedAt = Date.now();
+  const settled = await Promise.allSettled(
+    claims.map((claim) =>
+      performClaimed(
+        deps,
+        deps.handlers[claim.kind] as StepHandler,
+        claim,
+        claimedAt,
+        { ...job, stepId: claim.stepId, kind: claim.kind, stepKey: claim.stepKey, generation: claim.generation - 1 },
+        log.child({ step_id: claim.stepId, kind: claim.kind, claimed_with: job.stepId }),
+      ),
+    ),
+  );
+  let failed = false;
+  settled.forEach((r, i) => {
+    if (r.status === 'fulfilled') {
+      deps.metrics?.stepResults.inc({ kind: claims[i]!.kind, state: r.value });
+      failed ||= r.value === 'failed';
+    }
+  });
+  const thrown = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (thrown) throw thrown.reason;
+  return failed;
 }
 
 /** Claim errors that mean another worker or the ledger already moved on: the job is a logged no-op. */

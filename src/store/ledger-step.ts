@@ -31,7 +31,7 @@ import { runTransaction, type Db, type Tx } from '../db/tx';
 import type { Statement } from '../db/batch';
 import type { CreationPlan } from '../canonical/types';
 import { isTaskLedgerError } from '../domain/errors';
-import type { StepKind } from '../domain/vocab';
+import { LEDGER_ONLY_KINDS, type StepKind } from '../domain/vocab';
 import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
 import { completePhaseAInBatchLocked, type PhaseAInBatch } from './complete-in-batch';
@@ -60,6 +60,11 @@ export interface LedgerBatchResult {
   phaseA: PhaseAInBatch | 'not_asked' | null;
   /** With `completing`: the step rows phase A verified, as committed (phase B guesses from them, ADR 0021). */
   steps?: readonly StepRow[];
+  /**
+   * Steps whose effect is outside the ledger (Git, providers) that the batch claimed too (`options.effects`):
+   * leased claims committed with it, for the caller to perform now, as after a claim of its own (ADR 0040).
+   */
+  claimed: StepClaim[];
 }
 
 export async function claimAndApplyLedgerStep(
@@ -113,6 +118,13 @@ export async function claimAndApplyLedgerStep(
  * Complete's verification locks; a batch that arms the launch intent then
  * runs Complete's phase A before COMMIT (store/complete-in-batch.ts, ADR
  * 0016), which writes nothing when its predicate does not hold.
+ *
+ * With `effects` (the step worker), a batch whose ledger steps all succeeded
+ * and that armed no launch intent also claims the operation's `planned`
+ * steps of those kinds whose effect lives outside the ledger (Git,
+ * providers): the same compare-and-set as a claim of its own (generation +
+ * 1, attempt + 1, a lease read back), committed with the batch. No effect
+ * runs in the transaction; the caller performs them after COMMIT (ADR 0040).
  */
 export async function claimAndApplyLedgerSteps(
   db: Db,
@@ -121,8 +133,16 @@ export async function claimAndApplyLedgerSteps(
   owner: string,
   leaseMs: number,
   kinds: LedgerKinds,
-  /** Run Complete's phase A in this transaction when it arms the launch intent (the caller then runs phase B). */
-  options: { phaseA?: boolean } = {},
+  options: {
+    /** Run Complete's phase A in this transaction when it arms the launch intent (the caller then runs phase B). */
+    phaseA?: boolean;
+    /**
+     * Kinds whose effect is outside the ledger that this caller performs: their `planned` steps are claimed here
+     * too (leased, as a claim of its own) once every ledger step of the batch succeeded, and returned in
+     * `claimed` (ADR 0040).
+     */
+    effects?: (kind: StepKind) => boolean;
+  } = {},
 ): Promise<LedgerBatchResult> {
   const phaseA = options.phaseA === true;
   // Only the first attempt proves phase A's step rows with fences (ADR 0030): one that failed starts over re-reading.
@@ -204,8 +224,26 @@ export async function claimAndApplyLedgerSteps(
       const ready = [...current.values()].every((s) => s.kind === 'launch_intent' || s.state === 'succeeded');
       if (launch && going() && ready) await run(await claimNext(launch));
       const armed = results.some((r) => r.claim.kind === 'launch_intent' && r.outcome.state === 'armed');
-      if (!armed) return { results, phaseA: null };
-      if (!phaseA) return { results, phaseA: 'not_asked' };
+      // The operation's first-attempt effect steps, claimed (leased) with the batch instead of in a transaction of
+      // their own after a queue hop of their own; the caller performs them once this commits (ADR 0040).
+      const claimed: StepClaim[] = [];
+      const effects = options.effects;
+      if (effects && !armed && going()) {
+        for (const step of steps) {
+          if (step.state !== 'planned' || LEDGER_ONLY_KINDS.has(step.kind) || !effects(step.kind)) continue;
+          if (!matchesPlan(step)) continue;
+          const { claim, ctx } = await claimLockedStepLocked(
+            tx,
+            { guarded: first.ctx.guarded, steps: [...current.values()], step },
+            owner,
+            leaseMs,
+          );
+          current.set(claim.stepId, ctx.step);
+          claimed.push(claim);
+        }
+      }
+      if (!armed) return { results, phaseA: null, claimed };
+      if (!phaseA) return { results, phaseA: 'not_asked', claimed };
       // The step rows as this batch's records left them: phase A verifies them while it re-reads the stored ones.
       const recorded = new Map(results.map((r) => [r.claim.stepId, r.outcome.evidence]));
       const written = [...current.values()].map((row): StepRow => {
@@ -221,6 +259,7 @@ export async function claimAndApplyLedgerSteps(
       });
       return {
         results,
+        claimed,
         ...(await completePhaseAInBatchLocked(tx, first.ctx.guarded, first.chain, written, { fence })),
       };
     },

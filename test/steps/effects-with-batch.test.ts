@@ -1,0 +1,173 @@
+/**
+ * A creation's first ledger batch claims its first-attempt Git step with
+ * itself, and the worker performs it right after COMMIT (ADR 0040): Begin's
+ * first wake-ups are one ledger job (no Git job), the worker that runs it
+ * makes the worktree and finishes the creation in place, and the step is
+ * claimed once (attempt 1) under a lease as a claim of its own would be. A
+ * batch asked for no effect kinds leaves the Git step `planned`; a worker
+ * without the Git kind's handler leaves it for its own queued wake-up.
+ * Both dialects.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { StepJob } from '../../queues/names';
+import { enqueuePlanned } from '../../src/coordinator/enqueue';
+import { processStepJob, type StepWorkerDeps } from '../../src/coordinator/step-worker';
+import type { StepKind } from '../../src/domain/vocab';
+import { defaultStepHandlers } from '../../src/kinds/registry';
+import { silentLogger } from '../../src/log';
+import { createProviderRegistry } from '../../src/providers/registry';
+import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
+import { ledgerKindsOf } from '../../src/coordinator/step-worker';
+import type { OperationAuthority } from '../../src/store/types';
+import { count, sql, useTestDb } from '../support/db';
+import { begin, stepRows } from '../support/ledger';
+import { seedWorkspace } from '../support/seed';
+import { useTestQueues } from '../support/queues';
+
+const t = useTestDb();
+const { queues } = useTestQueues('effects-with-batch');
+
+async function gitCreation() {
+  const ws = await seedWorkspace(t.db);
+  const res = await begin(t.db, ws, {
+    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
+    repositories: [{ repository_id: ws.repositoryId, fresh_branch: true }],
+    start_agent: true,
+    agent_profile_id: ws.agentProfileId,
+  });
+  expect(res.outcome).toBe('Created');
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  const effects = {
+    db: t.db,
+    dataDir: ws.dataDir,
+    providers: createProviderRegistry({ timeoutMs: 5000 }),
+    log: silentLogger(),
+    timeoutMs: 5000,
+  };
+  return { ws, res, auth, effects };
+}
+
+const waitingJobs = async (kind: StepKind) => {
+  const jobs = await queues.step(kind).getJobs(['waiting', 'delayed', 'prioritized']);
+  return jobs.length;
+};
+
+/** The step wake-ups waiting for this operation, in any step queue. */
+async function jobsOf(operationId: string): Promise<StepJob[]> {
+  const out: StepJob[] = [];
+  for (const q of queues.all()) {
+    for (const j of await q.getJobs(['waiting', 'delayed', 'prioritized'])) {
+      const data = j.data as StepJob;
+      if (data.operationId === operationId && typeof data.stepId === 'string') out.push(data);
+    }
+  }
+  return out;
+}
+
+function workerDeps(effects: StepWorkerDeps['effects'], handlers = defaultStepHandlers): StepWorkerDeps {
+  return {
+    effects,
+    handlers,
+    queues,
+    log: silentLogger(),
+    metrics: null,
+    workerId: 'batch-worker',
+    leaseMs: 30_000,
+    inline: { complete: { db: t.db, queues, log: silentLogger(), metrics: null, workerId: 'batch-worker' } },
+  };
+}
+
+describe('effect steps claimed with the ledger batch', () => {
+  it('Begin wakes one ledger job; its worker makes the worktree and completes the creation in place', async () => {
+    const { ws, res, effects } = await gitCreation();
+    const gitBefore = await waitingJobs('fresh_branch_prepare');
+    const summary = await enqueuePlanned(queues, res.operationId, res.steps);
+    expect(summary.steps).toBe(1);
+    expect(await waitingJobs('fresh_branch_prepare')).toBe(gitBefore);
+
+    const jobs = await jobsOf(res.operationId);
+    expect(jobs).toHaveLength(1);
+    expect(jobs[0]!.kind).not.toBe('fresh_branch_prepare');
+
+    expect(await processStepJob(workerDeps(effects), jobs[0]!, 'test-job')).toBe('succeeded');
+    const after = await stepRows(t.db, res.operationId);
+    const git = after.find((r) => r.kind === 'fresh_branch_prepare')!;
+    expect(git.state).toBe('succeeded');
+    const [counts] = await sql<{ attempt: number | string; generation: number | string }>(
+      t.db,
+      'SELECT attempt, generation FROM task_creation_steps WHERE id = ?',
+      [git.id],
+    );
+    expect([Number(counts!.attempt), Number(counts!.generation)]).toEqual([1, 1]);
+    const [envRepo] = await sql<{ worktree_path: string }>(
+      t.db,
+      'SELECT worktree_path FROM task_environment_repos WHERE step_id = ?',
+      [git.id],
+    );
+    expect(envRepo!.worktree_path.startsWith(join(ws.dataDir, 'worktrees'))).toBe(true);
+    expect(existsSync(envRepo!.worktree_path)).toBe(true);
+    expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'completed'", [res.operationId])).toBe(1);
+    expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
+    expect(await waitingJobs('fresh_branch_prepare')).toBe(gitBefore);
+  });
+
+  it('the batch claims the Git step leased, as a claim of its own, only when asked', async () => {
+    const { res, auth } = await gitCreation();
+    const rows = await stepRows(t.db, res.operationId);
+    const attach = rows.find((r) => r.kind === 'workspace_attachment')!;
+    const ref = { kind: 'workspace_attachment' as const, stepKey: attach.step_key };
+    const kinds = ledgerKindsOf(defaultStepHandlers);
+
+    const plain = await claimAndApplyLedgerSteps(t.db, auth, ref, 'w1', 30_000, kinds);
+    expect(plain.claimed).toEqual([]);
+    expect((await stepRows(t.db, res.operationId)).find((r) => r.kind === 'fresh_branch_prepare')!.state).toBe(
+      'planned',
+    );
+
+    const second = await gitCreation();
+    const rows2 = await stepRows(t.db, second.res.operationId);
+    const attach2 = rows2.find((r) => r.kind === 'workspace_attachment')!;
+    const batch = await claimAndApplyLedgerSteps(
+      t.db,
+      second.auth,
+      { kind: 'workspace_attachment', stepKey: attach2.step_key },
+      'w2',
+      30_000,
+      kinds,
+      { effects: (k) => k === 'fresh_branch_prepare' },
+    );
+    expect(batch.results.every((r) => r.outcome.state === 'succeeded')).toBe(true);
+    expect(batch.claimed.map((c) => c.kind)).toEqual(['fresh_branch_prepare']);
+    const claim = batch.claimed[0]!;
+    expect(claim.generation).toBe(1);
+    expect(claim.leaseExpiresAt).toBeInstanceOf(Date);
+    const [row] = await sql<{
+      state: string;
+      generation: number | string;
+      attempt: number | string;
+      lease_owner: string;
+    }>(t.db, 'SELECT state, generation, attempt, lease_owner FROM task_creation_steps WHERE id = ?', [claim.stepId]);
+    expect({ ...row, generation: Number(row!.generation), attempt: Number(row!.attempt) }).toEqual({
+      state: 'running',
+      generation: 1,
+      attempt: 1,
+      lease_owner: 'w2',
+    });
+  });
+
+  it('a worker without the Git handler leaves the Git step to its own queued wake-up', async () => {
+    const { res, effects } = await gitCreation();
+    await enqueuePlanned(queues, res.operationId, res.steps);
+    const [job] = await jobsOf(res.operationId);
+    const { fresh_branch_prepare: _git, ...withoutGit } = defaultStepHandlers;
+    const gitBefore = await waitingJobs('fresh_branch_prepare');
+    expect(await processStepJob(workerDeps(effects, withoutGit as typeof defaultStepHandlers), job!, 'j')).toBe(
+      'succeeded',
+    );
+    const git = (await stepRows(t.db, res.operationId)).find((r) => r.kind === 'fresh_branch_prepare')!;
+    expect(git.state).toBe('planned');
+    expect(await waitingJobs('fresh_branch_prepare')).toBe(gitBefore + 1);
+  });
+});
