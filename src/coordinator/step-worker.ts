@@ -22,7 +22,7 @@ import { LEDGER_ONLY_KINDS, type StepKind, type StepState } from '../domain/voca
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
 import type { StepHandlers } from '../kinds/registry';
-import type { EffectDeps, StepHandler } from '../kinds/contract';
+import type { EffectDeps, MarkerWithClaim, StepHandler } from '../kinds/contract';
 import { recoverUntilSettled } from '../runtime/recover';
 import { claimAndApplyLedgerStep, claimAndApplyLedgerSteps, type LedgerKinds } from '../store/ledger-step';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
@@ -104,7 +104,7 @@ export async function processStepJob(
             ledgerKindsOf(deps.handlers),
             {
               phaseA: deps.inline !== undefined,
-              effects: (kind) => performsEffect(deps.handlers, kind),
+              effects: (kind) => effectOf(deps.handlers, kind),
             },
           )
         : {
@@ -163,10 +163,11 @@ export function ledgerKindsOf(handlers: StepHandlers): LedgerKinds {
   return kinds;
 }
 
-/** A kind this worker performs outside the ledger (a handler without a one-transaction apply). */
-function performsEffect(handlers: StepHandlers, kind: StepKind): boolean {
+/** A kind this worker performs outside the ledger (a handler without a one-transaction apply), and its marker. */
+function effectOf(handlers: StepHandlers, kind: StepKind): { marker?: MarkerWithClaim } | null {
   const h = (handlers as Partial<Record<StepKind, StepHandler>>)[kind];
-  return h !== undefined && h.applyInClaim === undefined;
+  if (h === undefined || h.applyInClaim !== undefined) return null;
+  return h.markerWithClaim ? { marker: h.markerWithClaim } : {};
 }
 
 /**

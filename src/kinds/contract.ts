@@ -54,6 +54,12 @@ export interface Observation {
   evidence: StepEvidence;
 }
 
+/** A kind's ownership marker written with its claim (`StepHandler.markerWithClaim`). */
+export interface MarkerWithClaim {
+  locks(step: StepRow): LockNeed[];
+  write(tx: Tx, claim: StepClaim): Promise<void>;
+}
+
 export interface StepHandler<K extends StepKind = StepKind> {
   readonly kind: K;
   /**
@@ -86,6 +92,13 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * its locks, for a step that follows another in it (ADR 0026).
    */
   readonly applyReads?: LedgerReads;
+  /**
+   * Without `applyInClaim`: the ownership marker a kind persists before its first mutation, written in the ledger
+   * batch that claims the step with itself (ADR 0040): `locks` (above tier 7) join the batch's up-front lock union,
+   * `write` runs under them right after the claim. `perform` then finds the marker in place and skips the
+   * transaction that would write it; a marker `write` could not place (a foreign one) is left to that transaction.
+   */
+  readonly markerWithClaim?: MarkerWithClaim;
   /** Observes the effect of an existing step without changing anything. */
   observe(deps: EffectDeps, step: StepRow): Promise<Observation>;
   /**

@@ -36,7 +36,7 @@ import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
 import { completePhaseAInBatchLocked, type PhaseAInBatch } from './complete-in-batch';
 import { completeLockNeeds, plannedRowsStatements } from './complete-verify';
-import { EFFECT_ROW_UNIQUES, takeLocks } from './effects/row-locks';
+import { EFFECT_ROW_UNIQUES, takeLocks, type LockNeed } from './effects/row-locks';
 import { settleFoldedClaim, type ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
 import { verifyStepRequest, type StepRef } from './step-rows';
@@ -47,6 +47,12 @@ export type { LedgerApply, LedgerLocks, LedgerReads };
 
 /** The ledger-only kinds a batch may take, with their apply, its locks and (optionally) its first reads. */
 export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: LedgerLocks; reads?: LedgerReads }>>;
+
+/** An effect kind's ownership marker, written with its claim in the batch (ADR 0040; `MarkerWithClaim` of a kind). */
+export interface EffectMarker {
+  locks(step: StepRow): LockNeed[];
+  write(tx: Tx, claim: StepClaim): Promise<void>;
+}
 
 export interface LedgerStepResult {
   claim: StepClaim;
@@ -123,8 +129,10 @@ export async function claimAndApplyLedgerStep(
  * and that armed no launch intent also claims the operation's `planned`
  * steps of those kinds whose effect lives outside the ledger (Git,
  * providers): the same compare-and-set as a claim of its own (generation +
- * 1, attempt + 1, a lease read back), committed with the batch. No effect
- * runs in the transaction; the caller performs them after COMMIT (ADR 0040).
+ * 1, attempt + 1, a lease read back), committed with the batch, and their
+ * ownership markers (tier 14, locked with the union) written with the
+ * claims. No effect runs in the transaction; the caller performs them after
+ * COMMIT (ADR 0040).
  */
 export async function claimAndApplyLedgerSteps(
   db: Db,
@@ -139,9 +147,10 @@ export async function claimAndApplyLedgerSteps(
     /**
      * Kinds whose effect is outside the ledger that this caller performs: their `planned` steps are claimed here
      * too (leased, as a claim of its own) once every ledger step of the batch succeeded, and returned in
-     * `claimed` (ADR 0040).
+     * `claimed`; a kind's ownership marker (`markerWithClaim`) is written with the claim (ADR 0040). Null for a
+     * kind the caller does not perform.
      */
-    effects?: (kind: StepKind) => boolean;
+    effects?: (kind: StepKind) => { marker?: EffectMarker } | null;
   } = {},
 ): Promise<LedgerBatchResult> {
   const phaseA = options.phaseA === true;
@@ -182,6 +191,14 @@ export async function claimAndApplyLedgerSteps(
       );
       const locking = [first.ctx.step, ...siblings, ...(launch ? [launch] : [])];
       const needs = await Promise.all(locking.map((s) => kinds[s.kind]!.locks(tx, s)));
+      // First-attempt effect steps the batch may claim with itself (below): their markers' locks join the union.
+      const effectSteps = launch
+        ? []
+        : steps.flatMap((s) => {
+            const effect = s.state === 'planned' && !LEDGER_ONLY_KINDS.has(s.kind) ? options.effects?.(s.kind) : null;
+            return effect && matchesPlan(s) ? [{ step: s, marker: effect.marker }] : [];
+          });
+      for (const e of effectSteps) if (e.marker) needs.push(e.marker.locks(e.step));
       // When the launch intent may be armed here, Complete's verification locks for the steps that already
       // succeeded (and Begin's environments) join the union, so phase A below finds them held, in order.
       const completeNeeds = phaseA && launch ? completeLockNeeds(steps, first.ctx.guarded.plan) : [];
@@ -227,11 +244,8 @@ export async function claimAndApplyLedgerSteps(
       // The operation's first-attempt effect steps, claimed (leased) with the batch instead of in a transaction of
       // their own after a queue hop of their own; the caller performs them once this commits (ADR 0040).
       const claimed: StepClaim[] = [];
-      const effects = options.effects;
-      if (effects && !armed && going()) {
-        for (const step of steps) {
-          if (step.state !== 'planned' || LEDGER_ONLY_KINDS.has(step.kind) || !effects(step.kind)) continue;
-          if (!matchesPlan(step)) continue;
+      if (!armed && going()) {
+        for (const { step, marker } of effectSteps) {
           const { claim, ctx } = await claimLockedStepLocked(
             tx,
             { guarded: first.ctx.guarded, steps: [...current.values()], step },
@@ -239,6 +253,7 @@ export async function claimAndApplyLedgerSteps(
             leaseMs,
           );
           current.set(claim.stepId, ctx.step);
+          if (marker) await marker.write(tx, claim);
           claimed.push(claim);
         }
       }

@@ -3,7 +3,9 @@
  * itself, and the worker performs it right after COMMIT (ADR 0040): Begin's
  * first wake-ups are one ledger job (no Git job), the worker that runs it
  * makes the worktree and finishes the creation in place, and the step is
- * claimed once (attempt 1) under a lease as a claim of its own would be. A
+ * claimed once (attempt 1) under a lease as a claim of its own would be, its
+ * ownership marker written with the claim (and deleted again by a failure
+ * found before Git is touched). A
  * batch asked for no effect kinds leaves the Git step `planned`; a worker
  * without the Git kind's handler leaves it for its own queued wake-up.
  * Both dialects.
@@ -19,6 +21,7 @@ import { defaultStepHandlers } from '../../src/kinds/registry';
 import { silentLogger } from '../../src/log';
 import { createProviderRegistry } from '../../src/providers/registry';
 import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
+import { markerWrittenWithClaim } from '../../src/kinds/fresh-branch-prepare/ledger';
 import { ledgerKindsOf } from '../../src/coordinator/step-worker';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
@@ -136,7 +139,10 @@ describe('effect steps claimed with the ledger batch', () => {
       'w2',
       30_000,
       kinds,
-      { effects: (k) => k === 'fresh_branch_prepare' },
+      {
+        effects: (k) =>
+          k === 'fresh_branch_prepare' ? { marker: defaultStepHandlers.fresh_branch_prepare.markerWithClaim } : null,
+      },
     );
     expect(batch.results.every((r) => r.outcome.state === 'succeeded')).toBe(true);
     expect(batch.claimed.map((c) => c.kind)).toEqual(['fresh_branch_prepare']);
@@ -155,6 +161,44 @@ describe('effect steps claimed with the ledger batch', () => {
       attempt: 1,
       lease_owner: 'w2',
     });
+  });
+
+  it("writes the worktree's marker with the claim; a preflight failure then deletes it with the failure", async () => {
+    const { ws, res, auth, effects } = await gitCreation();
+    const rows = await stepRows(t.db, res.operationId);
+    const attach = rows.find((r) => r.kind === 'workspace_attachment')!;
+    const git = defaultStepHandlers.fresh_branch_prepare;
+    const batch = await claimAndApplyLedgerSteps(
+      t.db,
+      auth,
+      { kind: 'workspace_attachment', stepKey: attach.step_key },
+      'w3',
+      30_000,
+      ledgerKindsOf(defaultStepHandlers),
+      { effects: (k) => (k === 'fresh_branch_prepare' ? { marker: git.markerWithClaim } : null) },
+    );
+    const claim = batch.claimed[0]!;
+    expect(markerWrittenWithClaim(claim)).toBe(true);
+    const markers = () =>
+      sql<{ step_id: string; kind: string }>(
+        t.db,
+        "SELECT step_id, kind FROM task_resource_markers WHERE task_id = ? AND kind = 'worktree'",
+        [res.task.id],
+      );
+    expect(await markers()).toEqual([{ step_id: claim.stepId, kind: 'worktree' }]);
+
+    // The preflight fails before Git is touched: the failure's transaction deletes the marker again.
+    await sql(t.db, 'UPDATE repositories SET path = ? WHERE id = ?', [join(ws.dataDir, 'not-a-repo'), ws.repositoryId]);
+    expect(await git.perform(effects, claim, async () => {})).toBe('failed');
+    expect(await markers()).toEqual([]);
+    const [row] = await sql<{ state: string; error_code: string; evidence_json: string }>(
+      t.db,
+      'SELECT state, error_code, evidence_json FROM task_creation_steps WHERE id = ?',
+      [claim.stepId],
+    );
+    expect(row!.state).toBe('failed');
+    expect(row!.error_code).toBe('not_a_repository');
+    expect(JSON.parse(row!.evidence_json).effect).toBe('absent_proven');
   });
 
   it('a worker without the Git handler leaves the Git step to its own queued wake-up', async () => {

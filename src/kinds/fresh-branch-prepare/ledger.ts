@@ -20,6 +20,11 @@
  * in place and makes the step `unknown` (`conflict`).
  * No event in either.
  *
+ * `worktreeMarkerWithClaim` writes the same marker row in the ledger batch
+ * that claims the step with itself (the marker's lock taken with the batch's
+ * union, ADR 0040); `failDroppingMarker` deletes it again with a failure
+ * found before any Git mutation.
+ *
  * Round trips (ADR 0040): PersistWorktreeMarker is three — the guard; the
  * claim's liveness fence with the marker's lock, which reads the row; the
  * INSERT with COMMIT. RecordFreshBranch is four — the guard; the locks, which
@@ -29,7 +34,9 @@
 import { sameJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
+import type { Statement } from '../../db/batch';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
+import type { MarkerWithClaim } from '../contract';
 import { worktreePathMatches } from '../../plan/fresh-branch';
 import { expectClaimLiveLocked, lockClaimedLocked } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
@@ -205,6 +212,78 @@ function rowLocks(req: Req, exclusive: boolean, reading = false): LockNeed[] {
   ];
 }
 
+/** Claims whose marker row the ledger batch that claimed them wrote (`worktreeMarkerWithClaim`). */
+const markedWithClaim = new WeakSet<StepClaim>();
+
+/**
+ * The worktree's ownership marker written by the ledger batch that claims the step with itself (ADR 0040), under
+ * the marker's lock from the batch's up-front union: inserted when absent (the claim is then marked, and `perform`
+ * skips `persistWorktreeMarker`); a foreign marker is left for `persistWorktreeMarker` to record `unknown` as
+ * before. A batch that rolls back leaves its claims unused.
+ */
+export const worktreeMarkerWithClaim: MarkerWithClaim = {
+  locks: (step) => [markerLock(stepRequestOf(step, 'fresh_branch_prepare'), 'update', MARKER_COLUMNS)],
+  async write(tx, claim) {
+    const req = requestOf(claim, 'fresh_branch_prepare');
+    const want = expectedMarker(req, ownerOf(claim));
+    const p = presence(await readMarker(txReader(tx), req.resource_key), want);
+    if (p === 'foreign') return;
+    if (p === 'absent') tx.expect(insertMarker(tx, want), 1, () => new Error('internal: the marker was not inserted'));
+    markedWithClaim.add(claim);
+  },
+};
+
+/** The batch that claimed this step wrote its marker row with the claim (`worktreeMarkerWithClaim`). */
+export const markerWrittenWithClaim = (claim: StepClaim): boolean => markedWithClaim.has(claim);
+
+function insertMarker(tx: Tx, want: MarkerDoc): Statement {
+  return {
+    sql: `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
+    params: [
+      want.resource_key,
+      want.workspace_id,
+      want.task_id,
+      want.operation_id,
+      want.step_id,
+      want.kind,
+      want.marker_sha256,
+    ],
+  };
+}
+
+/**
+ * A failure found before any Git mutation by a step whose marker was written with its claim: the marker row,
+ * still this step's, is deleted in the failure's transaction, so that the step ends as one whose preflight failed
+ * before its marker was written (nothing of it left; the evidence says absent).
+ */
+export async function failDroppingMarker(
+  db: Db,
+  claim: StepClaim,
+  cls: 'permanent' | 'transient',
+  code: string,
+  message: string,
+  rows: ObservedRow[],
+): Promise<EffectOutcome> {
+  const req = requestOf(claim, 'fresh_branch_prepare');
+  const want = expectedMarker(req, ownerOf(claim));
+  return runTransaction(db, 'FailFreshBranchBeforeGit', async (tx) => {
+    const ctx = await lockClaimedLocked(tx, claim);
+    await takeLocks(tx, [markerLock(req, 'update', MARKER_COLUMNS)]);
+    if (presence(await readMarker(txReader(tx), req.resource_key), want) === 'ours') {
+      tx.expect(
+        {
+          sql: 'DELETE FROM task_resource_markers WHERE resource_key = ? AND step_id = ?',
+          params: [req.resource_key, claim.stepId],
+        },
+        1,
+        () => new Error('internal: the marker was not deleted'),
+      );
+    }
+    return failWithRowsLocked(tx, ctx, claim, cls, code, message, rows);
+  });
+}
+
 export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'persisted' | EffectOutcome> {
   const req = requestOf(claim, 'fresh_branch_prepare');
   const want = expectedMarker(req, ownerOf(claim));
@@ -232,21 +311,7 @@ export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'
       }
       if (p === 'absent') {
         // Sent with COMMIT: its only failure, a concurrent marker's primary key, restarts the transaction.
-        void tx.commitWith([
-          {
-            sql: `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-            params: [
-              want.resource_key,
-              want.workspace_id,
-              want.task_id,
-              want.operation_id,
-              want.step_id,
-              want.kind,
-              want.marker_sha256,
-            ],
-          },
-        ]);
+        void tx.commitWith([insertMarker(tx, want)]);
       }
       return 'persisted';
     },

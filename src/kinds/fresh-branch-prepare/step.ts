@@ -11,7 +11,10 @@
  *    any of these failing is a permanent failure with `absent_proven`
  *    evidence;
  * 2. `persistWorktreeMarker` (one transaction): the step's ownership marker
- *    row is committed before any Git mutation;
+ *    row is committed before any Git mutation — unless the ledger batch that
+ *    claimed the step wrote it with the claim (`markerWithClaim`, ADR 0040);
+ *    a failure in 1 then deletes that marker in its own transaction
+ *    (`failDroppingMarker`), leaving what a failure before 2 leaves;
  * 3. outside any transaction: `git worktree add -b <branch> <path> <base>`,
  *    then the marker file `taskledger-owner.json` in the worktree's own git
  *    directory (the agent's checkout stays untouched). A worktree that is
@@ -52,9 +55,12 @@ import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { readRows, type Db } from '../../db/tx';
 import { pathSha256, sanitizeRepoName, worktreePath, worktreeRelativePath } from '../../plan/fresh-branch';
 import {
+  failDroppingMarker,
   freshBranchObservation,
   freshBranchRowSet,
+  markerWrittenWithClaim,
   persistWorktreeMarker,
+  worktreeMarkerWithClaim,
   readFreshBranchRows,
   recordFreshBranch,
   expectedMarker,
@@ -193,36 +199,30 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
   const req = requestOf(claim, 'fresh_branch_prepare');
   const owner = ownerOf(claim);
   const none = gitRows(req, null);
+  // The ledger batch that claimed this step wrote its marker row with the claim (ADR 0040): a failure before Git
+  // is touched deletes it again, so the step ends as if its marker had never been written.
+  const marked = markerWrittenWithClaim(claim);
+  const failBeforeGit = (code: string, message: string) =>
+    marked
+      ? failDroppingMarker(db, claim, 'permanent', code, message, none).then((o) => o.state)
+      : fail(db, claim, 'permanent', code, message, none);
   const repo = await repositoryOf(db, req);
-  if (!repo) return fail(db, claim, 'permanent', 'repository_missing', 'the repository row is gone', none);
+  if (!repo) return failBeforeGit('repository_missing', 'the repository row is gone');
   const path = plannedWorktreePath(deps.dataDir, req, repo.name);
-  if (path === null) {
-    return fail(
-      db,
-      claim,
-      'permanent',
-      'path_mismatch',
-      'no derivable worktree path hashes to canonical_path_sha256',
-      none,
-    );
-  }
+  if (path === null)
+    return failBeforeGit('path_mismatch', 'no derivable worktree path hashes to canonical_path_sha256');
   const pre = await repositoryPreflight(repo.path, req.base_commit, req.branch, timeoutMs);
   if (pre === null && !(await isGitRepository(repo.path, timeoutMs))) {
-    return fail(db, claim, 'permanent', 'not_a_repository', `${repo.path} is not a Git repository`, none);
+    return failBeforeGit('not_a_repository', `${repo.path} is not a Git repository`);
   }
   if (!(pre?.commit ?? (await commitExists(repo.path, req.base_commit, timeoutMs)))) {
-    return fail(
-      db,
-      claim,
-      'permanent',
-      'base_commit_missing',
-      `commit ${req.base_commit} is not in the repository`,
-      none,
-    );
+    return failBeforeGit('base_commit_missing', `commit ${req.base_commit} is not in the repository`);
   }
   await heartbeat();
-  const persisted = await persistWorktreeMarker(db, claim);
-  if (persisted !== 'persisted') return persisted.state;
+  if (!marked) {
+    const persisted = await persistWorktreeMarker(db, claim);
+    if (persisted !== 'persisted') return persisted.state;
+  }
   // Live right before Git is touched (renewed unless the claim or the last renewal is under a quarter lease old):
   // the marker's transaction may have taken seconds (a lost connection restarts it), and Git must never run under
   // a lease that could expire before it ends (each command's timeout is at most half the lease): once the lease
@@ -378,6 +378,7 @@ async function removeUnrecordedWorktree(deps: Parameters<StepHandler['observe']>
 export const freshBranchPrepareHandler: StepHandler<'fresh_branch_prepare'> = {
   kind: 'fresh_branch_prepare',
   perform,
+  markerWithClaim: worktreeMarkerWithClaim,
   observe,
   removeUnrecorded: removeUnrecordedWorktree,
 };
