@@ -10,6 +10,7 @@
  * without the Git kind's handler leaves it for its own queued wake-up.
  * Both dialects.
  */
+import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -26,7 +27,7 @@ import { ledgerKindsOf } from '../../src/coordinator/step-worker';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, stepRows } from '../support/ledger';
-import { seedWorkspace } from '../support/seed';
+import { makeGitRepo, seedWorkspace } from '../support/seed';
 import { useTestQueues } from '../support/queues';
 
 const t = useTestDb();
@@ -114,6 +115,47 @@ describe('effect steps claimed with the ledger batch', () => {
     expect(await count(t.db, 'task_creation_operations', "id = ? AND state = 'completed'", [res.operationId])).toBe(1);
     expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
     expect(await waitingJobs('fresh_branch_prepare')).toBe(gitBefore);
+  });
+
+  it('two repositories: the batch claims both Git steps and its worker makes both worktrees', async () => {
+    const ws = await seedWorkspace(t.db);
+    const second = randomUUID();
+    await sql(
+      t.db,
+      `INSERT INTO repositories (id, workspace_id, name, path, default_branch, created_at) VALUES (?, ?, 'lib', ?, 'main', ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'})`,
+      [second, ws.workspaceId, makeGitRepo()],
+    );
+    const res = await begin(t.db, ws, {
+      workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
+      repositories: [
+        { repository_id: ws.repositoryId, fresh_branch: true },
+        { repository_id: second, fresh_branch: true },
+      ],
+      start_agent: true,
+      agent_profile_id: ws.agentProfileId,
+    });
+    expect(res.outcome).toBe('Created');
+    const effects = {
+      db: t.db,
+      dataDir: ws.dataDir,
+      providers: createProviderRegistry({ timeoutMs: 5000 }),
+      log: silentLogger(),
+      timeoutMs: 5000,
+    };
+    await enqueuePlanned(queues, res.operationId, res.steps);
+    const jobs = await jobsOf(res.operationId);
+    expect(jobs).toHaveLength(1);
+    expect(await processStepJob(workerDeps(effects), jobs[0]!, 'two-repos')).toBe('succeeded');
+    const gits = (await stepRows(t.db, res.operationId)).filter((r) => r.kind === 'fresh_branch_prepare');
+    expect(gits.map((g) => g.state)).toEqual(['succeeded', 'succeeded']);
+    const paths = await sql<{ worktree_path: string }>(
+      t.db,
+      'SELECT worktree_path FROM task_environment_repos WHERE step_id IN (?, ?)',
+      gits.map((g) => g.id),
+    );
+    expect(paths).toHaveLength(2);
+    for (const p of paths) expect(existsSync(p.worktree_path)).toBe(true);
+    expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [res.task.id])).toBe(1);
   });
 
   it('the batch claims the Git step leased, as a claim of its own, only when asked', async () => {
