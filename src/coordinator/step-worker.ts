@@ -90,6 +90,8 @@ export async function processStepJob(
   let verifiedSteps: readonly StepRow[] | undefined;
   // Effect steps the ledger batch claimed with itself: performed here once it committed (ADR 0040).
   let claimedWithBatch: StepClaim[] = [];
+  // Before the batch's claims: their leases are counted from no later than this (lease-keeper.ts).
+  const batchStartedAt = Date.now();
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
@@ -145,7 +147,9 @@ export async function processStepJob(
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
-  if (claimedWithBatch.length > 0) failed = (await performClaimedWithBatch(deps, claimedWithBatch, job, log)) || failed;
+  if (claimedWithBatch.length > 0) {
+    failed = (await performClaimedWithBatch(deps, claimedWithBatch, batchStartedAt, job, log)) || failed;
+  }
   if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone, verifiedSteps);
   else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
   else await enqueueRunnable(deps.effects.db, deps.queues, job.operationId);
@@ -179,10 +183,10 @@ function effectOf(handlers: StepHandlers, kind: StepKind): { marker?: MarkerWith
 async function performClaimedWithBatch(
   deps: StepWorkerDeps,
   claims: readonly StepClaim[],
+  claimedAt: number,
   job: StepJob,
   log: Logger,
 ): Promise<boolean> {
-  const claimedAt = Date.now();
   const settled = await Promise.allSettled(
     claims.map((claim) =>
       performClaimed(
