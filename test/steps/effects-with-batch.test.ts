@@ -43,14 +43,17 @@ async function gitCreation() {
   });
   expect(res.outcome).toBe('Created');
   const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
-  const effects = {
+  return { ws, res, auth, effects: effectsFor(ws.dataDir) };
+}
+
+function effectsFor(dataDir: string): StepWorkerDeps['effects'] {
+  return {
     db: t.db,
-    dataDir: ws.dataDir,
+    dataDir,
     providers: createProviderRegistry({ timeoutMs: 5000 }),
     log: silentLogger(),
     timeoutMs: 5000,
   };
-  return { ws, res, auth, effects };
 }
 
 const waitingJobs = async (kind: StepKind) => {
@@ -135,13 +138,7 @@ describe('effect steps claimed with the ledger batch', () => {
       agent_profile_id: ws.agentProfileId,
     });
     expect(res.outcome).toBe('Created');
-    const effects = {
-      db: t.db,
-      dataDir: ws.dataDir,
-      providers: createProviderRegistry({ timeoutMs: 5000 }),
-      log: silentLogger(),
-      timeoutMs: 5000,
-    };
+    const effects = effectsFor(ws.dataDir);
     await enqueuePlanned(queues, res.operationId, res.steps);
     const jobs = await jobsOf(res.operationId);
     expect(jobs).toHaveLength(1);

@@ -46,7 +46,7 @@ import {
   type EffectOutcome,
   type ObservedRow,
 } from '../../store/effects/recording';
-import { readMarker, rowHash, sameRow, type MarkerDoc } from '../../store/effects/row-documents';
+import { markerInsert, readMarker, rowHash, sameRow, type MarkerDoc } from '../../store/effects/row-documents';
 import { EFFECT_ROW_UNIQUES, takeLocks, txReader, type LockNeed, type Reader } from '../../store/effects/row-locks';
 
 export const ATTACHMENT_MARKER_KIND = 'attachment_copies';
@@ -133,19 +133,8 @@ export async function persistAttachmentMarker(db: Db, claim: StepClaim): Promise
         );
       }
       if (marker.presence === 'absent') {
-        await tx.exec(
-          `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-          [
-            want.resource_key,
-            want.workspace_id,
-            want.task_id,
-            want.operation_id,
-            want.step_id,
-            want.kind,
-            want.marker_sha256,
-          ],
-        );
+        const insert = markerInsert(tx, want);
+        await tx.exec(insert.sql, [...insert.params]);
       }
       return 'persisted';
     },

@@ -34,7 +34,6 @@
 import { sameJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
-import type { Statement } from '../../db/batch';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
 import type { MarkerWithClaim } from '../contract';
 import { worktreePathMatches } from '../../plan/fresh-branch';
@@ -59,6 +58,7 @@ import {
   ENV_REPO_COLUMNS,
   ENVIRONMENT_COLUMNS,
   MARKER_COLUMNS,
+  markerInsert,
   readMarker,
   rowHash,
   sameRow,
@@ -228,29 +228,13 @@ export const worktreeMarkerWithClaim: MarkerWithClaim = {
     const want = expectedMarker(req, ownerOf(claim));
     const p = presence(await readMarker(txReader(tx), req.resource_key), want);
     if (p === 'foreign') return;
-    if (p === 'absent') tx.expect(insertMarker(tx, want), 1, () => new Error('internal: the marker was not inserted'));
+    if (p === 'absent') tx.expect(markerInsert(tx, want), 1, () => new Error('internal: the marker was not inserted'));
     markedWithClaim.add(claim);
   },
 };
 
 /** The batch that claimed this step wrote its marker row with the claim (`worktreeMarkerWithClaim`). */
 export const markerWrittenWithClaim = (claim: StepClaim): boolean => markedWithClaim.has(claim);
-
-function insertMarker(tx: Tx, want: MarkerDoc): Statement {
-  return {
-    sql: `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-    params: [
-      want.resource_key,
-      want.workspace_id,
-      want.task_id,
-      want.operation_id,
-      want.step_id,
-      want.kind,
-      want.marker_sha256,
-    ],
-  };
-}
 
 /**
  * A failure found before any Git mutation by a step whose marker was written with its claim: the marker row,
@@ -311,7 +295,7 @@ export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'
       }
       if (p === 'absent') {
         // Sent with COMMIT: its only failure, a concurrent marker's primary key, restarts the transaction.
-        void tx.commitWith([insertMarker(tx, want)]);
+        void tx.commitWith([markerInsert(tx, want)]);
       }
       return 'persisted';
     },

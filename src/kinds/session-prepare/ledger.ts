@@ -51,6 +51,7 @@ import {
   SESSION_COLUMNS,
   ENVIRONMENT_COLUMNS,
   MARKER_COLUMNS,
+  markerInsert,
 } from '../../store/effects/row-documents';
 import {
   dbReader,
@@ -218,13 +219,8 @@ function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World): voi
   }
   for (const [i, m] of exp.markers.entries()) {
     if (w.markers[i]) continue;
-    writes.push(
-      tx.exec(
-        `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
-        [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
-      ),
-    );
+    const insert = markerInsert(tx, m);
+    writes.push(tx.exec(insert.sql, [...insert.params]));
   }
   tx.checkLater(
     Promise.all([readWorld(read, req, exp), ...writes]).then(([after]) => {

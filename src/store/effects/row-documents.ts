@@ -14,6 +14,7 @@
  *   (or null for an absent row); they never lock — callers lock first
  *   (`row-locks.ts`).
  */
+import type { Statement } from '../../db/batch';
 import { rowHash } from '../../canonical/hash';
 import { sameJson } from '../../canonical/canonical-json';
 import { rowRead, type Reader } from './row-locks';
@@ -305,6 +306,13 @@ export function markerDoc(r: Raw): MarkerDoc {
   };
 }
 export const MARKER_COLUMNS = 'resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256';
+/** The INSERT of one marker row, stamped with the transaction's clock (`tx.now`). */
+export function markerInsert(tx: { readonly now: string }, m: MarkerDoc): Statement {
+  return {
+    sql: `INSERT INTO task_resource_markers (${MARKER_COLUMNS}, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ${tx.now})`,
+    params: [m.resource_key, m.workspace_id, m.task_id, m.operation_id, m.step_id, m.kind, m.marker_sha256],
+  };
+}
 export async function readMarker(read: Reader, resourceKey: string): Promise<MarkerDoc | null> {
   const rows = await read(rowRead('task_resource_markers', MARKER_COLUMNS, 'resource_key = ?'), [resourceKey]);
   return pick(rows, markerDoc);
