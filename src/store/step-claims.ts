@@ -53,17 +53,6 @@ export async function claimTaskCreationStep(
   return { ...claim, leaseExpiresAt: new Date(row.lease_expires_at) };
 }
 
-/** The claim inside the caller's transaction, which must hold no lock yet (it takes tiers 1 to 7). */
-export async function claimStepLocked(
-  tx: Tx,
-  auth: OperationAuthority,
-  ref: StepRef,
-  owner: string,
-  leaseMs: number,
-): Promise<StepClaim> {
-  return (await claimStepInContextLocked(tx, auth, ref, owner, leaseMs)).claim;
-}
-
 /**
  * The claim and what recording it needs (`ClaimContext`, as `lockClaimedLocked`
  * would read it back): for the effect that follows in the same transaction

@@ -240,6 +240,50 @@ describe('effect steps claimed with the ledger batch', () => {
     expect(JSON.parse(row!.evidence_json).effect).toBe('absent_proven');
   });
 
+  it("a foreign marker at the Git step's key: the batch claims the step without writing, and perform records unknown", async () => {
+    const { res, auth, effects } = await gitCreation();
+    const rows = await stepRows(t.db, res.operationId);
+    const gitRow = rows.find((r) => r.kind === 'fresh_branch_prepare')!;
+    const [stored] = await sql<{ request_json: string }>(
+      t.db,
+      'SELECT request_json FROM task_creation_steps WHERE id = ?',
+      [gitRow.id],
+    );
+    const key = (JSON.parse(stored!.request_json) as { resource_key: string }).resource_key;
+    const foreign = { operation: randomUUID(), step: randomUUID() };
+    await sql(
+      t.db,
+      `INSERT INTO task_resource_markers (resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256, created_at)
+       VALUES (?, ?, ?, ?, ?, 'worktree', ?, ${t.db.dialect === 'postgres' ? 'now()' : 'NOW(3)'})`,
+      [key, res.task.workspace_id, res.task.id, foreign.operation, foreign.step, 'f'.repeat(64)],
+    );
+    const attach = rows.find((r) => r.kind === 'workspace_attachment')!;
+    const git = defaultStepHandlers.fresh_branch_prepare;
+    const batch = await claimAndApplyLedgerSteps(
+      t.db,
+      auth,
+      { kind: 'workspace_attachment', stepKey: attach.step_key },
+      'w4',
+      30_000,
+      ledgerKindsOf(defaultStepHandlers),
+      { effects: (k) => (k === 'fresh_branch_prepare' ? { marker: git.markerWithClaim } : null) },
+    );
+    const claim = batch.claimed[0]!;
+    expect(claim.kind).toBe('fresh_branch_prepare');
+    expect(markerWrittenWithClaim(claim)).toBe(false);
+    expect(await git.perform(effects, claim, async () => {})).toBe('unknown');
+    const [marker] = await sql<{ step_id: string }>(
+      t.db,
+      'SELECT step_id FROM task_resource_markers WHERE resource_key = ?',
+      [key],
+    );
+    expect(marker!.step_id).toBe(foreign.step);
+    const [row] = await sql<{ error_code: string }>(t.db, 'SELECT error_code FROM task_creation_steps WHERE id = ?', [
+      claim.stepId,
+    ]);
+    expect(row!.error_code).toBe('foreign_marker');
+  });
+
   it('a worker without the Git handler leaves the Git step to its own queued wake-up', async () => {
     const { res, effects } = await gitCreation();
     await enqueuePlanned(queues, res.operationId, res.steps);

@@ -237,14 +237,13 @@ export const worktreeMarkerWithClaim: MarkerWithClaim = {
 export const markerWrittenWithClaim = (claim: StepClaim): boolean => markedWithClaim.has(claim);
 
 /**
- * A failure found before any Git mutation by a step whose marker was written with its claim: the marker row,
+ * A permanent failure found before any Git mutation by a step whose marker was written with its claim: the marker row,
  * still this step's, is deleted in the failure's transaction, so that the step ends as one whose preflight failed
  * before its marker was written (nothing of it left; the evidence says absent).
  */
 export async function failDroppingMarker(
   db: Db,
   claim: StepClaim,
-  cls: 'permanent' | 'transient',
   code: string,
   message: string,
   rows: ObservedRow[],
@@ -264,7 +263,7 @@ export async function failDroppingMarker(
         () => new Error('internal: the marker was not deleted'),
       );
     }
-    return failWithRowsLocked(tx, ctx, claim, cls, code, message, rows);
+    return failWithRowsLocked(tx, ctx, claim, 'permanent', code, message, rows);
   });
 }
 

@@ -204,7 +204,7 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
   const marked = markerWrittenWithClaim(claim);
   const failBeforeGit = (code: string, message: string) =>
     marked
-      ? failDroppingMarker(db, claim, 'permanent', code, message, none).then((o) => o.state)
+      ? failDroppingMarker(db, claim, code, message, none).then((o) => o.state)
       : fail(db, claim, 'permanent', code, message, none);
   const repo = await repositoryOf(db, req);
   if (!repo) return failBeforeGit('repository_missing', 'the repository row is gone');
