@@ -24,7 +24,16 @@ import type { Metrics } from '../metrics';
 import type { StepHandlers } from '../kinds/registry';
 import type { EffectDeps, MarkerWithClaim, StepHandler } from '../kinds/contract';
 import { recoverUntilSettled } from '../runtime/recover';
-import { claimAndApplyLedgerStep, claimAndApplyLedgerSteps, type LedgerKinds } from '../store/ledger-step';
+import {
+  claimAndApplyLedgerStep,
+  claimAndApplyLedgerSteps,
+  recordAndApplyLedgerSteps,
+  type LedgerBatchResult,
+  type LedgerKinds,
+} from '../store/ledger-step';
+import type { EffectOutcome } from '../store/effects/recording';
+import { recordHeldAlone } from '../store/held-record';
+import type { HeldRecord, RecordHeld } from '../store/ledger-apply';
 import { claimTaskCreationStep, renewTaskCreationStepLease } from '../store/step-claims';
 import type { StepClaim, StepRow } from '../store/types';
 import { hintOperation } from '../store/operation-guard';
@@ -92,6 +101,31 @@ export async function processStepJob(
   let claimedWithBatch: StepClaim[] = [];
   // Before the batch's claims: their leases are counted from no later than this (lease-keeper.ts).
   const batchStartedAt = Date.now();
+  // The ledger batch's findings: Complete due, phase A done, the rows it verified (from the batch this job opened,
+  // or from the one its effect's record opened, ADR 0041).
+  const absorb = (batch: LedgerBatchResult, counted: number) => {
+    const done = batch.results;
+    phaseADone = batch.phaseA === 'completing';
+    verifiedSteps = batch.steps;
+    if (batch.phaseA !== null && batch.phaseA !== 'not_asked') {
+      deps.metrics?.phaseAInBatch.inc({ result: batch.phaseA });
+      if (!phaseADone) log.debug({ phase_a: batch.phaseA }, 'phase A left to Complete');
+    }
+    for (const d of done.slice(counted)) deps.metrics?.stepResults.inc({ kind: d.claim.kind, state: d.outcome.state });
+    failed ||= done.some((d) => d.outcome.state === 'failed');
+    completeDue = done.some((d) => d.claim.kind === 'launch_intent' && d.outcome.state === 'armed');
+    if (done.length > 1) log.debug({ batch: done.map((d) => `${d.claim.kind}:${d.outcome.state}`) }, 'ledger batch');
+  };
+  // One effect performed here, by a worker that runs the operation's next steps itself: its record opens the ledger
+  // batch that arms the launch intent and runs phase A (ADR 0041).
+  const recordFor = (claim: StepClaim): RecordHeld | undefined =>
+    deps.inline === undefined
+      ? undefined
+      : async (held) => {
+          const recorded = await recordWithNext(deps, claim, held, owner, log);
+          if (recorded.batch) absorb(recorded.batch, 1);
+          return recorded.outcome;
+        };
   if (handler?.applyInClaim) {
     // A ledger-only effect: claim, perform and record in one transaction (store/ledger-step.ts), together with the
     // operation's other ledger-only steps that are runnable now.
@@ -117,18 +151,8 @@ export async function processStepJob(
             claimed: [],
           };
       claimedWithBatch = batch.claimed;
-      const done = batch.results;
-      phaseADone = batch.phaseA === 'completing';
-      verifiedSteps = 'steps' in batch ? batch.steps : undefined;
-      if (batch.phaseA !== null && batch.phaseA !== 'not_asked') {
-        deps.metrics?.phaseAInBatch.inc({ result: batch.phaseA });
-        if (!phaseADone) log.debug({ phase_a: batch.phaseA }, 'phase A left to Complete');
-      }
-      state = done[0]!.outcome.state;
-      for (const d of done.slice(1)) deps.metrics?.stepResults.inc({ kind: d.claim.kind, state: d.outcome.state });
-      failed = done.some((d) => d.outcome.state === 'failed');
-      completeDue = done.some((d) => d.claim.kind === 'launch_intent' && d.outcome.state === 'armed');
-      if (done.length > 1) log.debug({ batch: done.map((d) => `${d.claim.kind}:${d.outcome.state}`) }, 'ledger batch');
+      state = batch.results[0]!.outcome.state;
+      absorb(batch, 1);
     } catch (err) {
       if (skipped(err)) return 'skipped';
       throw err;
@@ -142,13 +166,15 @@ export async function processStepJob(
       if (skipped(err)) return 'skipped';
       throw err;
     }
-    state = await performClaimed(deps, handler as StepHandler, claim, claimedAt, job, log);
+    state = await performClaimed(deps, handler as StepHandler, claim, claimedAt, job, log, recordFor(claim));
   }
   deps.metrics?.stepResults.inc({ kind: job.kind, state });
   log.debug({ state }, 'step recorded');
   failed ||= state === 'failed';
   if (claimedWithBatch.length > 0) {
-    failed = (await performClaimedWithBatch(deps, claimedWithBatch, batchStartedAt, job, log)) || failed;
+    // One claimed effect's record may open the next batch; several record on their own (their batches would race).
+    const record = claimedWithBatch.length === 1 ? recordFor(claimedWithBatch[0]!) : undefined;
+    failed = (await performClaimedWithBatch(deps, claimedWithBatch, batchStartedAt, job, log, record)) || failed;
   }
   if (deps.inline && completeDue) await completeInline(deps.inline, job.operationId, log, phaseADone, verifiedSteps);
   else if (deps.inline && !failed) await continueInline(deps, deps.inline, job.operationId, log);
@@ -186,6 +212,7 @@ async function performClaimedWithBatch(
   claimedAt: number,
   job: StepJob,
   log: Logger,
+  record?: RecordHeld,
 ): Promise<boolean> {
   const settled = await Promise.allSettled(
     claims.map((claim) =>
@@ -196,6 +223,7 @@ async function performClaimedWithBatch(
         claimedAt,
         { ...job, stepId: claim.stepId, kind: claim.kind, stepKey: claim.stepKey, generation: claim.generation - 1 },
         log.child({ step_id: claim.stepId, kind: claim.kind, claimed_with: job.stepId }),
+        record,
       ),
     ),
   );
@@ -211,6 +239,37 @@ async function performClaimedWithBatch(
   return failed;
 }
 
+/**
+ * A performed effect's record in the ledger batch that goes on with the operation (`recordAndApplyLedgerSteps`:
+ * its ledger-only steps, the launch intent, phase A). When that transaction meets a conflict — in what follows
+ * the record, or in the record itself — it wrote nothing, and the record runs again alone, which answers for
+ * itself (a stale claim then throws as it always did). Any other error (the database down) is the record's.
+ */
+async function recordWithNext(
+  deps: StepWorkerDeps,
+  claim: StepClaim,
+  held: HeldRecord,
+  owner: string,
+  log: Logger,
+): Promise<{ outcome: EffectOutcome; batch?: LedgerBatchResult }> {
+  try {
+    const batch = await recordAndApplyLedgerSteps(
+      deps.effects.db,
+      claim,
+      held,
+      owner,
+      deps.leaseMs,
+      ledgerKindsOf(deps.handlers),
+      { phaseA: true },
+    );
+    return { outcome: batch.results[0]!.outcome, batch };
+  } catch (err) {
+    if (!isTaskLedgerError(err)) throw err;
+    log.debug({ err }, 'the record with the next ledger steps met a conflict; recording alone');
+    return { outcome: await recordHeldAlone(deps.effects.db, claim, held) };
+  }
+}
+
 /** Claim errors that mean another worker or the ledger already moved on: the job is a logged no-op. */
 const CLAIM_CONFLICTS = new Set(['creation_state_conflict', 'stale_claim', 'not_found', 'workspace_deleting']);
 
@@ -222,6 +281,7 @@ async function performClaimed(
   claimedAt: number,
   job: StepJob,
   log: Logger,
+  record?: RecordHeld,
 ): Promise<StepState> {
   await failpoint('after_step_claim_commit', { kind: job.kind, operationId: job.operationId, stepId: job.stepId });
   const lease = leaseKeeper(
@@ -236,7 +296,7 @@ async function performClaimed(
   }, heartbeatEvery(deps.leaseMs));
 
   try {
-    return await handler.perform(deps.effects, claim, () => lease.heartbeat());
+    return await handler.perform(deps.effects, claim, () => lease.heartbeat(), record);
   } finally {
     clearInterval(timer);
   }

@@ -19,7 +19,7 @@ import type { Db } from '../db/tx';
 import type { StepKind, StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { ProviderRegistry } from '../providers/types';
-import type { LedgerApply, LedgerLocks, LedgerReads } from '../store/ledger-apply';
+import type { LedgerApply, LedgerLocks, LedgerReads, MarkerWithClaim, RecordHeld } from '../store/ledger-apply';
 import type { OperationAuthority, StepClaim, StepRow } from '../store/types';
 import type { CleanupJobClaim } from '../store/cleanup-jobs';
 import type { LockNeed } from '../store/effects/row-locks';
@@ -55,10 +55,7 @@ export interface Observation {
 }
 
 /** A kind's ownership marker written with its claim (`StepHandler.markerWithClaim`). */
-export interface MarkerWithClaim {
-  locks(step: StepRow): LockNeed[];
-  write(tx: Tx, claim: StepClaim): Promise<void>;
-}
+export type { MarkerWithClaim };
 
 export interface StepHandler<K extends StepKind = StepKind> {
   readonly kind: K;
@@ -71,8 +68,11 @@ export interface StepHandler<K extends StepKind = StepKind> {
    * I/O: on return at least three quarters of the lease are left (it renews
    * unless the claim or the last renewal is that recent,
    * src/coordinator/lease-keeper.ts), and it rejects once the claim is stale.
+   * `record`, when the worker offers it, takes the kind's record of a performed effect (`HeldRecord`: its locks
+   * and its work under them) into the ledger batch that goes on with the operation (ADR 0041); a kind may use it
+   * for its success record instead of its own record transaction.
    */
-  perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>): Promise<StepState>;
+  perform(deps: EffectDeps, claim: StepClaim, heartbeat: () => Promise<void>, record?: RecordHeld): Promise<StepState>;
   /**
    * Only for a kind whose effect lives only in the ledger database: its effect
    * and record inside the claim's own transaction. The step worker then claims,
@@ -95,8 +95,9 @@ export interface StepHandler<K extends StepKind = StepKind> {
   /**
    * Without `applyInClaim`: the ownership marker a kind persists before its first mutation, written in the ledger
    * batch that claims the step with itself (ADR 0040): `locks` (above tier 7) join the batch's up-front lock union,
-   * `write` runs under them right after the claim. `perform` then finds the marker in place and skips the
-   * transaction that would write it; a marker `write` could not place (a foreign one) is left to that transaction.
+   * `read` is issued right after them and its write runs right after the claim. `perform` then finds the marker in
+   * place (and the facts `read` read, ADR 0041) and skips the
+   * transaction that would write it; a marker it could not place (a foreign one) is left to that transaction.
    */
   readonly markerWithClaim?: MarkerWithClaim;
   /** Observes the effect of an existing step without changing anything. */

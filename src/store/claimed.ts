@@ -15,7 +15,7 @@ import { ConflictError } from '../domain/errors';
 import type { StepState } from '../domain/vocab';
 import type { Statement } from '../db/batch';
 import type { SqlParam, Tx } from '../db/tx';
-import { guardOperationLocked, lockTaskChainLocked, type GuardedOperation } from './operation-guard';
+import { guardOperationLocked, lockTaskChainLocked, type GuardedOperation, type TaskLockRow } from './operation-guard';
 import { findStepById, lockStepsLocked, verifyStepRequest } from './step-rows';
 import type { StepClaim, StepRow } from './types';
 
@@ -30,8 +30,22 @@ export interface ClaimContext {
 }
 
 export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<ClaimContext> {
+  return (await lockClaimedInChainLocked(tx, claim)).ctx;
+}
+
+/**
+ * `lockClaimedLocked` that also says what the task chain's locks read (for Complete's phase A) and, with
+ * `externalIdKey`, takes the task's external-ID key (5.1) first, as a claim that may go on to phase A does
+ * (`claimStepInContextLocked`): for a record that opens a ledger batch (store/ledger-step.ts, ADR 0041).
+ */
+export async function lockClaimedInChainLocked(
+  tx: Tx,
+  claim: StepClaim,
+  options: { externalIdKey?: boolean } = {},
+): Promise<{ ctx: ClaimContext; chain: { task: TaskLockRow | undefined; identityState: string | undefined } }> {
   // Its row is still as claimed from until its record: it is recorded with the context it was claimed in.
   if (folded.get(claim)?.recorded === false) throw new Error('internal: a folded claim re-locked before its record');
+  const externalIdKey = options.externalIdKey === true;
   const guarded = await guardOperationLocked(
     tx,
     {
@@ -39,14 +53,22 @@ export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<Claim
       operationId: claim.operationId,
       actor: claim.owner,
     },
-    { externalIdKey: false, steps: true },
+    externalIdKey
+      ? { externalIdKey, steps: true, ownTaskOnly: true, planned: true }
+      : { externalIdKey: false, steps: true },
   );
   if (guarded.op.state !== 'preparing') {
     throw new ConflictError('stale_claim', `operation is ${guarded.op.state}; this claim can no longer record`, {
       operation_id: claim.operationId,
     });
   }
-  await lockTaskChainLocked(tx, guarded.op, { externalIdKey: false, steps: true });
+  const chain = await lockTaskChainLocked(
+    tx,
+    guarded.op,
+    externalIdKey
+      ? { externalIdKey, externalIdAbsent: guarded.externalIdAbsent, steps: true, planned: true }
+      : { externalIdKey: false, steps: true },
+  );
   const steps = await lockStepsLocked(tx, claim.operationId);
   const step = findStepById(steps, claim.stepId);
   verifyStepRequest(step, guarded.plan);
@@ -55,7 +77,7 @@ export async function lockClaimedLocked(tx: Tx, claim: StepClaim): Promise<Claim
       step_id: step.id,
     });
   }
-  return { guarded, steps, step };
+  return { ctx: { guarded, steps, step }, chain };
 }
 
 /** The claim's compare-and-set of `step` (planned or retry_wait -> running, generation and attempt raised, leased). */

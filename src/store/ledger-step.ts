@@ -36,23 +36,18 @@ import { failpoint } from '../failpoints';
 import type { EffectOutcome } from './effects/recording';
 import { completePhaseAInBatchLocked, type PhaseAInBatch } from './complete-in-batch';
 import { completeLockNeeds, plannedRowsStatements } from './complete-verify';
-import { EFFECT_ROW_UNIQUES, takeLocks, type LockNeed } from './effects/row-locks';
-import { settleFoldedClaim, type ClaimContext } from './claimed';
+import { EFFECT_ROW_UNIQUES, takeLocks } from './effects/row-locks';
+import { lockClaimedInChainLocked, settleFoldedClaim, type ClaimContext } from './claimed';
 import { claimLockedStepLocked, claimStepInContextLocked } from './step-claims';
-import { verifyStepRequest, type StepRef } from './step-rows';
+import { verifyStepRequest, verifyStepSet, type StepRef } from './step-rows';
 import type { OperationAuthority, StepClaim, StepRow } from './types';
-import type { LedgerApply, LedgerLocks, LedgerReads } from './ledger-apply';
+import type { HeldRecord, LedgerApply, LedgerLocks, LedgerReads, MarkerWithClaim } from './ledger-apply';
+import type { TaskLockRow } from './operation-guard';
 
-export type { LedgerApply, LedgerLocks, LedgerReads };
+export type { HeldRecord, LedgerApply, LedgerLocks, LedgerReads, MarkerWithClaim };
 
 /** The ledger-only kinds a batch may take, with their apply, its locks and (optionally) its first reads. */
 export type LedgerKinds = Partial<Record<StepKind, { apply: LedgerApply; locks: LedgerLocks; reads?: LedgerReads }>>;
-
-/** An effect kind's ownership marker, written with its claim in the batch (ADR 0040; `MarkerWithClaim` of a kind). */
-export interface EffectMarker {
-  locks(step: StepRow): LockNeed[];
-  write(tx: Tx, claim: StepClaim): Promise<void>;
-}
 
 export interface LedgerStepResult {
   claim: StepClaim;
@@ -100,6 +95,18 @@ export async function claimAndApplyLedgerStep(
   );
 }
 
+export interface LedgerBatchOptions {
+  /** Run Complete's phase A in this transaction when it arms the launch intent (the caller then runs phase B). */
+  phaseA?: boolean;
+  /**
+   * Kinds whose effect is outside the ledger that this caller performs: their `planned` steps are claimed here
+   * too (leased, as a claim of its own) once every ledger step of the batch succeeded, and returned in
+   * `claimed`; a kind's ownership marker (`markerWithClaim`) is written with the claim (ADR 0040). Null for a
+   * kind the caller does not perform.
+   */
+  effects?: (kind: StepKind) => { marker?: MarkerWithClaim } | null;
+}
+
 /**
  * ClaimAndApplyLedgerSteps: the step `ref` and every other ledger-only step
  * of its operation that is runnable now, claimed, performed and recorded in
@@ -141,32 +148,95 @@ export async function claimAndApplyLedgerSteps(
   owner: string,
   leaseMs: number,
   kinds: LedgerKinds,
-  options: {
-    /** Run Complete's phase A in this transaction when it arms the launch intent (the caller then runs phase B). */
-    phaseA?: boolean;
-    /**
-     * Kinds whose effect is outside the ledger that this caller performs: their `planned` steps are claimed here
-     * too (leased, as a claim of its own) once every ledger step of the batch succeeded, and returned in
-     * `claimed`; a kind's ownership marker (`markerWithClaim`) is written with the claim (ADR 0040). Null for a
-     * kind the caller does not perform.
-     */
-    effects?: (kind: StepKind) => { marker?: EffectMarker } | null;
-  } = {},
+  options: LedgerBatchOptions = {},
+): Promise<LedgerBatchResult> {
+  return ledgerBatch(db, 'ClaimAndApplyLedgerSteps', { auth, ref }, owner, leaseMs, kinds, options);
+}
+
+/**
+ * RecordAndApplyLedgerSteps: the record of an effect this worker performed
+ * under its live claim (`HeldRecord`: a Git worktree's rows and proof), and
+ * then, in the SAME transaction, what the operation may run next in the
+ * ledger: its runnable ledger-only steps and the launch intent once every
+ * other step has succeeded, with Complete's phase A when asked (ADR 0041).
+ * It is the batch above opened by a record instead of a claim: one
+ * transaction where there were the record's and the next batch's, and no
+ * read of what is runnable in between.
+ *
+ * Locks: the record's claim path, tiers 1–7 (with the external-ID key 5.1
+ * when `phaseA`), then the union of the record's locks (`held.locks`), the
+ * batch's effect locks and Complete's verification locks, in one global
+ * order. The record goes through its claim's compare-and-set exactly as in
+ * its own transaction; anything but its success, or a workspace being
+ * deleted, ends the transaction with the record alone. A conflict of the
+ * record (`stale_claim`) writes nothing. No event.
+ */
+export async function recordAndApplyLedgerSteps(
+  db: Db,
+  claim: StepClaim,
+  held: HeldRecord,
+  owner: string,
+  leaseMs: number,
+  kinds: LedgerKinds,
+  options: Pick<LedgerBatchOptions, 'phaseA'> = {},
+): Promise<LedgerBatchResult> {
+  return ledgerBatch(db, 'RecordAndApplyLedgerSteps', { claim, held }, owner, leaseMs, kinds, options);
+}
+
+/** What opens a ledger batch: the claim of the step a wake-up named, or the record of an effect performed. */
+type Opening = { auth: OperationAuthority; ref: StepRef } | { claim: StepClaim; held: HeldRecord };
+
+/** The opening's claim and context: claimed here, or the live claim's, locked as its own record locks it. */
+async function openLocked(
+  tx: Tx,
+  opening: Opening,
+  owner: string,
+  leaseMs: number,
+  phaseA: boolean,
+): Promise<{
+  claim: StepClaim;
+  ctx: ClaimContext;
+  /** What the task chain's locks read, for phase A; null without a task row (nothing then follows the opening). */
+  chain: { task: TaskLockRow; identityState: string | undefined } | null;
+  /** The workspace is active and the task row there: steps may be claimed after the opening. */
+  active: boolean;
+}> {
+  if ('ref' in opening) {
+    // Phase A needs the external-ID key (5.1), which must come before the task row: taken up front when asked.
+    const first = await claimStepInContextLocked(tx, opening.auth, opening.ref, owner, leaseMs, {
+      externalIdKey: phaseA,
+      recordedHere: true,
+    });
+    return { ...first, active: true };
+  }
+  const { ctx, chain } = await lockClaimedInChainLocked(tx, opening.claim, { externalIdKey: phaseA });
+  verifyStepSet(ctx.steps, ctx.guarded.plan);
+  const { task, identityState } = chain;
+  // Without its task row nothing follows the record (a claim would find `creation_state_conflict`).
+  const known = task === undefined ? null : { task, identityState };
+  return { claim: opening.claim, ctx, chain: known, active: known !== null && ctx.guarded.workspaceState === 'active' };
+}
+
+async function ledgerBatch(
+  db: Db,
+  name: string,
+  opening: Opening,
+  owner: string,
+  leaseMs: number,
+  kinds: LedgerKinds,
+  options: LedgerBatchOptions,
 ): Promise<LedgerBatchResult> {
   const phaseA = options.phaseA === true;
+  const held = 'held' in opening ? opening.held : null;
   // Only the first attempt proves phase A's step rows with fences (ADR 0030): one that failed starts over re-reading.
   let fenceAttempt = phaseA;
   return runTransaction(
     db,
-    'ClaimAndApplyLedgerSteps',
+    name,
     async (tx) => {
       const fence = fenceAttempt;
       fenceAttempt = false;
-      // Phase A needs the external-ID key (5.1), which must come before the task row: taken up front when asked.
-      const first = await claimStepInContextLocked(tx, auth, ref, owner, leaseMs, {
-        externalIdKey: phaseA,
-        recordedHere: true,
-      });
+      const first = await openLocked(tx, opening, owner, leaseMs, phaseA);
       const steps = first.ctx.steps;
       // A sibling whose stored request no longer matches the plan stays out: its own wake-up reports that
       // (`evidence_mismatch`), and it does not hold back the step this wake-up was sent for.
@@ -179,8 +249,13 @@ export async function claimAndApplyLedgerSteps(
           throw err;
         }
       };
+      // In a workspace being deleted only the opening record runs (its cascade transfers or aborts the rest).
       const runnable = (s: StepRow) =>
-        s.id !== first.claim.stepId && s.state === 'planned' && kinds[s.kind] !== undefined && matchesPlan(s);
+        first.active &&
+        s.id !== first.claim.stepId &&
+        s.state === 'planned' &&
+        kinds[s.kind] !== undefined &&
+        matchesPlan(s);
       const siblings = steps.filter((s) => s.kind !== 'launch_intent' && runnable(s));
       const batch = new Set([first.claim.stepId, ...siblings.map((s) => s.id)]);
       const launch = steps.find(
@@ -189,8 +264,9 @@ export async function claimAndApplyLedgerSteps(
           runnable(s) &&
           steps.every((o) => o.kind === 'launch_intent' || o.state === 'succeeded' || batch.has(o.id)),
       );
-      const locking = [first.ctx.step, ...siblings, ...(launch ? [launch] : [])];
+      const locking = [...(held ? [] : [first.ctx.step]), ...siblings, ...(launch ? [launch] : [])];
       const needs = await Promise.all(locking.map((s) => kinds[s.kind]!.locks(tx, s)));
+      if (held) needs.push(held.locks);
       // First-attempt effect steps the batch may claim with itself (below): their markers' locks join the union.
       const effectSteps = launch
         ? []
@@ -208,6 +284,11 @@ export async function claimAndApplyLedgerSteps(
       // Issued, not awaited: the first step's reads (its apply finds every lock held) follow the locks in the same
       // round trip, in issue order, so they read under them.
       const locked = takeLocks(tx, [...needs.flat(), ...completeNeeds]);
+      // The markers' reads, issued before anything in the batch writes: their locks' answers answer them (a write
+      // to their table, as a session's marker, would send them again), and each gives the write for after its claim.
+      const markerWrites = new Map(
+        effectSteps.flatMap((e) => (e.marker ? [[e.step.id, e.marker.read(tx, e.step)]] : [])),
+      );
       // The siblings' first reads (rows just locked, which no step before them writes) go in the same round trip:
       // each sibling's apply then finds them answered and writes without a round trip of its own (ADR 0026).
       for (const s of siblings) tx.readEarly(kinds[s.kind]!.reads?.(s) ?? []);
@@ -216,10 +297,11 @@ export async function claimAndApplyLedgerSteps(
 
       const current = new Map(steps.map((s) => [s.id, s]));
       const results: LedgerStepResult[] = [];
-      const run = async (claimed: { claim: StepClaim; ctx: ClaimContext }) => {
+      const run = async (claimed: { claim: StepClaim; ctx: ClaimContext }, record?: HeldRecord) => {
         const { claim, ctx } = claimed;
         current.set(claim.stepId, ctx.step);
-        const outcome = await kinds[claim.kind]!.apply(tx, claim, { ...ctx, steps: [...current.values()] });
+        const now = { ...ctx, steps: [...current.values()] };
+        const outcome = record ? await record.record(tx, now) : await kinds[claim.kind]!.apply(tx, claim, now);
         settleFoldedClaim(tx, claim);
         await failpoint('before_ledger_step_commit', {
           kind: claim.kind,
@@ -236,7 +318,7 @@ export async function claimAndApplyLedgerSteps(
 
       // Anything but a success ends the batch: the operation winds down or waits, as after a claim of its own.
       const going = () => results.every((r) => r.outcome.state === 'succeeded' || r.outcome.state === 'armed');
-      await Promise.all([locked, run(first)]);
+      await Promise.all([locked, run(first, held ?? undefined)]);
       for (const step of siblings) if (going()) await run(await claimNext(step));
       const ready = [...current.values()].every((s) => s.kind === 'launch_intent' || s.state === 'succeeded');
       if (launch && going() && ready) await run(await claimNext(launch));
@@ -245,7 +327,7 @@ export async function claimAndApplyLedgerSteps(
       // their own after a queue hop of their own; the caller performs them once this commits (ADR 0040).
       const claimed: StepClaim[] = [];
       if (!armed && going()) {
-        for (const { step, marker } of effectSteps) {
+        for (const { step } of effectSteps) {
           const { claim, ctx } = await claimLockedStepLocked(
             tx,
             { guarded: first.ctx.guarded, steps: [...current.values()], step },
@@ -253,12 +335,13 @@ export async function claimAndApplyLedgerSteps(
             leaseMs,
           );
           current.set(claim.stepId, ctx.step);
-          if (marker) await marker.write(tx, claim);
+          await markerWrites.get(step.id)?.(claim);
           claimed.push(claim);
         }
       }
       if (!armed) return { results, phaseA: null, claimed };
-      if (!phaseA) return { results, phaseA: 'not_asked', claimed };
+      // (An armed launch intent implies an active opening, whose chain is known.)
+      if (!phaseA || first.chain === null) return { results, phaseA: 'not_asked', claimed };
       // The step rows as this batch's records left them: phase A verifies them while it re-reads the stored ones.
       const recorded = new Map(results.map((r) => [r.claim.stepId, r.outcome.evidence]));
       const written = [...current.values()].map((row): StepRow => {

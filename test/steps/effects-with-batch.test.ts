@@ -24,25 +24,17 @@ import { createProviderRegistry } from '../../src/providers/registry';
 import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
 import { markerWrittenWithClaim } from '../../src/kinds/fresh-branch-prepare/ledger';
 import { ledgerKindsOf } from '../../src/coordinator/step-worker';
-import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, stepRows } from '../support/ledger';
 import { makeGitRepo, seedWorkspace } from '../support/seed';
 import { useTestQueues } from '../support/queues';
+import { beginGitCreation } from './support';
 
 const t = useTestDb();
 const { queues } = useTestQueues('effects-with-batch');
 
 async function gitCreation() {
-  const ws = await seedWorkspace(t.db);
-  const res = await begin(t.db, ws, {
-    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
-    repositories: [{ repository_id: ws.repositoryId, fresh_branch: true }],
-    start_agent: true,
-    agent_profile_id: ws.agentProfileId,
-  });
-  expect(res.outcome).toBe('Created');
-  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  const { ws, res, auth } = await beginGitCreation(t.db);
   return { ws, res, auth, effects: effectsFor(ws.dataDir) };
 }
 
@@ -207,6 +199,8 @@ describe('effect steps claimed with the ledger batch', () => {
     const rows = await stepRows(t.db, res.operationId);
     const attach = rows.find((r) => r.kind === 'workspace_attachment')!;
     const git = defaultStepHandlers.fresh_branch_prepare;
+    // The repository row names no repository any more; the batch reads it with the claim (ADR 0041).
+    await sql(t.db, 'UPDATE repositories SET path = ? WHERE id = ?', [join(ws.dataDir, 'not-a-repo'), ws.repositoryId]);
     const batch = await claimAndApplyLedgerSteps(
       t.db,
       auth,
@@ -227,7 +221,6 @@ describe('effect steps claimed with the ledger batch', () => {
     expect(await markers()).toEqual([{ step_id: claim.stepId, kind: 'worktree' }]);
 
     // The preflight fails before Git is touched: the failure's transaction deletes the marker again.
-    await sql(t.db, 'UPDATE repositories SET path = ? WHERE id = ?', [join(ws.dataDir, 'not-a-repo'), ws.repositoryId]);
     expect(await git.perform(effects, claim, async () => {})).toBe('failed');
     expect(await markers()).toEqual([]);
     const [row] = await sql<{ state: string; error_code: string; evidence_json: string }>(

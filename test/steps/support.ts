@@ -224,3 +224,17 @@ export async function groupTaskBatchWithPhaseA(db: Db) {
   const batch = await claimAndApplyLedgerSteps(db, auth, ref, 'w1', 30_000, LEDGER_KINDS, { phaseA: true });
   return { c, auth, batch };
 }
+
+/** Begin of the Git shape's creation: an agent, one fresh branch, the workspace's shared group. */
+export async function beginGitCreation(db: Db) {
+  const ws = await seedWorkspace(db);
+  const res = await begin(db, ws, {
+    workspace_policy: { mode: 'shared_group', group_id: ws.groupId },
+    repositories: [{ repository_id: ws.repositoryId, fresh_branch: true }],
+    start_agent: true,
+    agent_profile_id: ws.agentProfileId,
+  });
+  expect(res.outcome).toBe('Created');
+  const auth: OperationAuthority = { kind: 'handle', handle: res.handle! };
+  return { ws, res, auth };
+}

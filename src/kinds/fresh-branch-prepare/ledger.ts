@@ -36,6 +36,8 @@ import type { FreshBranchPrepareRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
 import { runTransaction, type Db, type Tx } from '../../db/tx';
 import type { MarkerWithClaim } from '../contract';
+import type { HeldRecord } from '../../store/ledger-apply';
+import { recordHeldAlone } from '../../store/held-record';
 import { worktreePathMatches } from '../../plan/fresh-branch';
 import { expectClaimLiveLocked, lockClaimedLocked } from '../../store/claimed';
 import type { StepClaim, StepRow } from '../../store/types';
@@ -215,23 +217,59 @@ function rowLocks(req: Req, exclusive: boolean, reading = false): LockNeed[] {
 /** Claims whose marker row the ledger batch that claimed them wrote (`worktreeMarkerWithClaim`). */
 const markedWithClaim = new WeakSet<StepClaim>();
 
+/** The step's repository row, as the batch that claimed it read it (null: no such row). */
+export interface RepositoryRow {
+  path: string;
+  name: string;
+}
+const REPOSITORY_READ = 'SELECT path, name FROM repositories WHERE id = ? AND workspace_id = ?';
+const repositoryReadWithClaim = new WeakMap<StepClaim, RepositoryRow | null>();
+
+/** The repository row (`path`, `name`) of the step's request, read now. */
+export async function readRepository(read: Reader, req: Req): Promise<RepositoryRow | null> {
+  const rows = await read<RepositoryRow>(REPOSITORY_READ, [req.repository_id, req.workspace_id]);
+  return rows[0] ?? null;
+}
+
 /**
  * The worktree's ownership marker written by the ledger batch that claims the step with itself (ADR 0040), under
- * the marker's lock from the batch's up-front union: inserted when absent (the claim is then marked, and `perform`
- * skips `persistWorktreeMarker`); a foreign marker is left for `persistWorktreeMarker` to record `unknown` as
- * before. A batch that rolls back leaves its claims unused.
+ * the marker's lock from the batch's up-front union: read with that lock (issued before the batch writes, so the
+ * lock's read answers it), inserted when absent (the claim is then marked, and `perform` skips
+ * `persistWorktreeMarker`); a foreign marker is left for `persistWorktreeMarker` to record `unknown` as before.
+ * The repository row `perform` reads first travels with the locks too, and is kept for it (ADR 0041). A batch
+ * that rolls back leaves its claims unused.
  */
 export const worktreeMarkerWithClaim: MarkerWithClaim = {
   locks: (step) => [markerLock(stepRequestOf(step, 'fresh_branch_prepare'), 'update', MARKER_COLUMNS)],
-  async write(tx, claim) {
-    const req = requestOf(claim, 'fresh_branch_prepare');
-    const want = expectedMarker(req, ownerOf(claim));
-    const p = presence(await readMarker(txReader(tx), req.resource_key), want);
-    if (p === 'foreign') return;
-    if (p === 'absent') tx.expect(markerInsert(tx, want), 1, () => new Error('internal: the marker was not inserted'));
-    markedWithClaim.add(claim);
+  read(tx, step) {
+    const req = stepRequestOf(step, 'fresh_branch_prepare');
+    const reader = txReader(tx);
+    const found = readMarker(reader, req.resource_key);
+    const repository = readRepository(reader, req);
+    // Awaited only if the batch claims the step: a batch that fails before then must not leave them unhandled.
+    found.catch(() => undefined);
+    repository.catch(() => undefined);
+    return async (claim) => {
+      const want = expectedMarker(req, ownerOf(claim));
+      const p = presence(await found, want);
+      repositoryReadWithClaim.set(claim, await repository);
+      if (p === 'foreign') return;
+      if (p === 'absent')
+        tx.expect(markerInsert(tx, want), 1, () => new Error('internal: the marker was not inserted'));
+      markedWithClaim.add(claim);
+    };
   },
 };
+
+/**
+ * The repository row the batch that claimed this step read with its claim (`worktreeMarkerWithClaim`), once;
+ * undefined when it read none (a claim of its own), and `perform` reads it itself.
+ */
+export function repositoryReadWith(claim: StepClaim): RepositoryRow | null | undefined {
+  const row = repositoryReadWithClaim.get(claim);
+  repositoryReadWithClaim.delete(claim);
+  return row;
+}
 
 /** The batch that claimed this step wrote its marker row with the claim (`worktreeMarkerWithClaim`). */
 export const markerWrittenWithClaim = (claim: StepClaim): boolean => markedWithClaim.has(claim);
@@ -302,22 +340,24 @@ export async function persistWorktreeMarker(db: Db, claim: StepClaim): Promise<'
   );
 }
 
-export async function recordFreshBranch(db: Db, claim: StepClaim, proof: FreshBranchProof): Promise<EffectOutcome> {
+/**
+ * RecordFreshBranch's work under its locks (`HeldRecord`): in its own transaction (`recordFreshBranch`), or opening
+ * the ledger batch that goes on with the operation (store/ledger-step.ts `recordAndApplyLedgerSteps`, ADR 0041). Its
+ * locks read the rows it checks; the one read no lock answers (the twin) travels with them.
+ */
+export function freshBranchRecord(claim: StepClaim, proof: FreshBranchProof): HeldRecord {
   const req = requestOf(claim, 'fresh_branch_prepare');
   const owner = ownerOf(claim);
   if (!worktreePathMatches(proof.worktree_path, req) || proof.head_commit !== req.base_commit) {
     throw new Error('recordFreshBranch: the proof is not for this request (path or HEAD differs)');
   }
   const want = expectedEnvironmentRepo(req, owner, proof.worktree_path);
-  return runTransaction(
-    db,
-    'RecordFreshBranch',
-    async (tx) => {
-      const ctx = await lockClaimedLocked(tx, claim);
-      // The locks read the rows read next; the one read no lock answers (the twin) travels with them (ADR 0040).
-      const locked = takeLocks(tx, rowLocks(req, true, true));
+  return {
+    name: 'RecordFreshBranch',
+    locks: rowLocks(req, true, true),
+    async record(tx, ctx) {
       const read = txReader(tx);
-      const [rows] = await Promise.all([readFreshRows(read, req, owner, proof.worktree_path), locked]);
+      const rows = await readFreshRows(read, req, owner, proof.worktree_path);
       const set = freshBranchRowSet(req, rows);
       if (rows.envRepo === 'foreign') {
         return failWithRowsLocked(
@@ -381,8 +421,11 @@ export async function recordFreshBranch(db: Db, claim: StepClaim, proof: FreshBr
         ownershipMarker: expectedMarker(req, owner).marker_sha256,
       });
     },
-    { restartOnUnique: EFFECT_ROW_UNIQUES },
-  );
+  };
+}
+
+export async function recordFreshBranch(db: Db, claim: StepClaim, proof: FreshBranchProof): Promise<EffectOutcome> {
+  return recordHeldAlone(db, claim, freshBranchRecord(claim, proof));
 }
 
 /** Read-only, database half of the observation (the caller inspects Git). */

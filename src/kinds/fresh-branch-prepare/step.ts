@@ -27,7 +27,9 @@
  *    compare-and-set first); one that left anything else is ambiguous
  *    (`unknown`);
  * 4. re-inspects (registered, on the branch, HEAD = base, marker) and records
- *    success with `recordFreshBranch` (one transaction).
+ *    success with `recordFreshBranch` (one transaction), or through the
+ *    worker's `record` in the ledger batch that then arms the launch intent
+ *    (the same record under the same locks, ADR 0041).
  * The usual case (a loose base commit, no branch, nothing at the path) runs
  * one Git process, `worktree add`: the preflight and the proof once the
  * marker file is written (`inspectLinkedWorktree`) read the files Git keeps
@@ -52,17 +54,22 @@ import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { canonicalJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
-import { readRows, type Db } from '../../db/tx';
+import type { Db } from '../../db/tx';
+import { dbReader } from '../../store/effects/row-locks';
 import { pathSha256, sanitizeRepoName, worktreePath, worktreeRelativePath } from '../../plan/fresh-branch';
 import {
   failDroppingMarker,
   freshBranchObservation,
+  freshBranchRecord,
   freshBranchRowSet,
   markerWrittenWithClaim,
   persistWorktreeMarker,
   worktreeMarkerWithClaim,
   readFreshBranchRows,
+  readRepository,
   recordFreshBranch,
+  repositoryReadWith,
+  type RepositoryRow,
   expectedMarker,
   type FreshBranchRows,
 } from './ledger';
@@ -78,6 +85,7 @@ import {
 import { rowHash } from '../../store/effects/row-documents';
 import { failTaskCreationStep } from '../../store/step-results';
 import type { StepClaim, StepRow } from '../../store/types';
+import type { RecordHeld } from '../../store/ledger-apply';
 import {
   addWorktree,
   commitExists,
@@ -103,13 +111,8 @@ export { WORKTREE_MARKER_FILE };
 
 type Req = FreshBranchPrepareRequest;
 
-async function repositoryOf(db: Db, req: Req): Promise<{ path: string; name: string } | null> {
-  const rows = await readRows<{ path: string; name: string }>(
-    db,
-    'SELECT path, name FROM repositories WHERE id = ? AND workspace_id = ?',
-    [req.repository_id, req.workspace_id],
-  );
-  return rows[0] ?? null;
+async function repositoryOf(db: Db, req: Req): Promise<RepositoryRow | null> {
+  return readRepository(dbReader(db), req);
 }
 
 /**
@@ -194,7 +197,12 @@ async function fail(
   return failTaskCreationStep(db, claim, { class: cls, code, message: message.slice(0, 2000), evidence });
 }
 
-async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepClaim, heartbeat: () => Promise<void>) {
+async function perform(
+  deps: Parameters<StepHandler['perform']>[0],
+  claim: StepClaim,
+  heartbeat: () => Promise<void>,
+  record?: RecordHeld,
+) {
   const { db, timeoutMs } = deps;
   const req = requestOf(claim, 'fresh_branch_prepare');
   const owner = ownerOf(claim);
@@ -206,7 +214,9 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
     marked
       ? failDroppingMarker(db, claim, code, message, none).then((o) => o.state)
       : fail(db, claim, 'permanent', code, message, none);
-  const repo = await repositoryOf(db, req);
+  // Read with the claim when the batch claimed it (ADR 0041); the Git preflight below proves what it names.
+  const withClaim = repositoryReadWith(claim);
+  const repo = withClaim === undefined ? await repositoryOf(db, req) : withClaim;
   if (!repo) return failBeforeGit('repository_missing', 'the repository row is gone');
   const path = plannedWorktreePath(deps.dataDir, req, repo.name);
   if (path === null)
@@ -293,7 +303,9 @@ async function perform(deps: Parameters<StepHandler['perform']>[0], claim: StepC
     operationId: claim.operationId,
     stepId: claim.stepId,
   });
-  const outcome = await recordFreshBranch(db, claim, { worktree_path: path, head_commit: g.head! });
+  const proof = { worktree_path: path, head_commit: g.head! };
+  // In the batch that goes on with the operation when the worker offers one (ADR 0041), else on its own.
+  const outcome = record ? await record(freshBranchRecord(claim, proof)) : await recordFreshBranch(db, claim, proof);
   return outcome.state;
 }
 
