@@ -6,9 +6,14 @@
  * A hit needs the identical evidence bytes, kind, step key and request hash;
  * anything else is derived from scratch. A document that fails validation is
  * never memoised (the error propagates to the caller, which names it).
+ *
+ * A record seeds it (`recordedEvidence`): the bytes it writes are those of
+ * evidence it has just validated for that very step, so Complete's phase A
+ * in the same batch, and this process's later reads of the stored bytes,
+ * find them verified instead of parsing, validating and hashing them again.
  */
-import { parseCanonical } from '../canonical/canonical-json';
-import { evidenceHash } from '../canonical/hash';
+import { canonicalJson, parseCanonical } from '../canonical/canonical-json';
+import { domainHash, evidenceHash, STEP_EVIDENCE_DOMAIN } from '../canonical/hash';
 import type { StepEvidence } from '../canonical/types';
 import { validateStepEvidence } from '../canonical/validate';
 import { VerifiedMemo } from './binding-cache';
@@ -32,4 +37,33 @@ export function storedEvidenceOf(step: StepRow & { evidence_json: string }): Ver
     });
     return { evidence, sha256: evidenceHash(evidence) };
   });
+}
+
+/** The bytes and hash a record wrote, by the validated evidence object it wrote them for (`recordedEvidence`). */
+const written = new WeakMap<StepEvidence, { json: string; sha256: string }>();
+
+/**
+ * The RFC 8785 bytes and hash a record writes for `valid` — evidence it has just validated for the step `identity`
+ * names — computed once, and remembered as that step's verified stored evidence (a copy parsed from the bytes, as a
+ * read of them would give).
+ */
+export function recordedEvidence(
+  stepId: string,
+  identity: { kind: string; step_key: string; request_sha256: string },
+  valid: StepEvidence,
+): { json: string; sha256: string } {
+  const json = canonicalJson(valid);
+  const sha256 = domainHash(STEP_EVIDENCE_DOMAIN, json);
+  memo.get(stepId, [json, identity.kind, identity.step_key, identity.request_sha256], () => ({
+    evidence: JSON.parse(json) as StepEvidence,
+    sha256,
+  }));
+  const bytes = { json, sha256 };
+  written.set(valid, bytes);
+  return bytes;
+}
+
+/** The bytes and hash of evidence a record of this transaction wrote (`recordedEvidence`), else computed now. */
+export function evidenceBytesOf(evidence: StepEvidence): { json: string; sha256: string } {
+  return written.get(evidence) ?? { json: canonicalJson(evidence), sha256: evidenceHash(evidence) };
 }

@@ -25,8 +25,7 @@
  * (`stale_claim`, `creation_state_conflict`, `workspace_deleting`,
  * `not_found`) or of the effect write nothing. No event.
  */
-import { canonicalJson } from '../canonical/canonical-json';
-import { evidenceHash } from '../canonical/hash';
+import { evidenceBytesOf } from './evidence-memo';
 import { runTransaction, type Db, type Tx } from '../db/tx';
 import type { Statement } from '../db/batch';
 import type { CreationPlan } from '../canonical/types';
@@ -347,13 +346,8 @@ async function ledgerBatch(
       const written = [...current.values()].map((row): StepRow => {
         const evidence = recorded.get(row.id);
         if (evidence === undefined) return row;
-        return {
-          ...row,
-          lease_owner: null,
-          lease_expires_at: null,
-          evidence_json: canonicalJson(evidence),
-          evidence_sha256: evidenceHash(evidence),
-        };
+        const bytes = evidenceBytesOf(evidence);
+        return { ...row, lease_owner: null, lease_expires_at: null, evidence_json: bytes.json, evidence_sha256: bytes.sha256 };
       });
       return {
         results,

@@ -23,6 +23,7 @@ import { domainHash, evidenceHash } from '../../canonical/hash';
 import { compareCanonicalKeys } from '../../canonical/sorted-lists';
 import type { StepEvidence, StepFailure, StepRequestByKind } from '../../canonical/types';
 import { validateStepEvidence, validateStepFailure, validateStepRequest } from '../../canonical/validate';
+import { recordedEvidence } from '../evidence-memo';
 import { ConflictError, ValidationError } from '../../domain/errors';
 import type { StepKind, StepState } from '../../domain/vocab';
 import type { Tx } from '../../db/tx';
@@ -123,12 +124,13 @@ export async function recordSuccessLocked(
     throw new ValidationError('/effect', 'success evidence must prove the effect present_exact', 'invalid_document');
   }
   const to: StepState = claim.kind === 'launch_intent' ? 'armed' : 'succeeded';
+  const bytes = recordedEvidence(claim.stepId, identityOf(claim), valid);
   casFromRunning(
     tx,
     claim,
     to,
     ', evidence_json = ?, evidence_sha256 = ?, provider_handle = ?, ownership_marker = ?, error_code = NULL, error_json = NULL',
-    [canonicalJson(valid), evidenceHash(valid), extras.providerHandle ?? null, extras.ownershipMarker ?? null],
+    [bytes.json, bytes.sha256, extras.providerHandle ?? null, extras.ownershipMarker ?? null],
   );
   if (to === 'succeeded' && ctx.steps.some((s) => s.state === 'failed')) {
     await requireCompensationLocked(tx, [{ ...ctx.step, state: 'succeeded', compensation_state: 'none' }]);
