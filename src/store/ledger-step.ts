@@ -347,7 +347,13 @@ async function ledgerBatch(
         const evidence = recorded.get(row.id);
         if (evidence === undefined) return row;
         const bytes = evidenceBytesOf(evidence);
-        return { ...row, lease_owner: null, lease_expires_at: null, evidence_json: bytes.json, evidence_sha256: bytes.sha256 };
+        return {
+          ...row,
+          lease_owner: null,
+          lease_expires_at: null,
+          evidence_json: bytes.json,
+          evidence_sha256: bytes.sha256,
+        };
       });
       return {
         results,
