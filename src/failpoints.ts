@@ -44,6 +44,9 @@ export const FAILPOINT_NAMES = [
    * (store/ledger-step.ts): a crash here rolls all of it back, so the step is
    * exactly as it was (planned or retry_wait, same generation) with no lease
    * to expire and nothing to reconcile; the next wake-up simply runs it.
+   * It fires too after an effect's record that opened such a batch (ADR
+   * 0041, `kind` the effect's): a crash there leaves the effect's step
+   * `running` under its lease, as a crash before its own record's COMMIT.
    */
   'before_ledger_step_commit',
   /**

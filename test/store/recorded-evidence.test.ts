@@ -14,6 +14,7 @@ import { useTestDb } from '../support/db';
 import { stepRows } from '../support/ledger';
 import { createGroupTask, LEDGER_KINDS, loadStep } from '../steps/support';
 import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
+import type { StepKind } from '../../src/domain/vocab';
 
 vi.mock('../../src/canonical/validate', async (actual) => {
   const real = await actual<typeof import('../../src/canonical/validate')>();
@@ -28,7 +29,7 @@ describe('evidence verified once', () => {
     const { c } = await createGroupTask(t.db);
     const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
     const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
-    const ref = { kind: row.kind, stepKey: row.step_key };
+    const ref = { kind: row.kind as StepKind, stepKey: row.step_key };
     const batch = await claimAndApplyLedgerSteps(t.db, auth, ref, 'w1', 30_000, LEDGER_KINDS);
     expect(batch.phaseA).toBe('not_asked');
     const all = await Promise.all((await stepRows(t.db, c.operationId)).map((r) => loadStep(t.db, r.id)));
