@@ -100,11 +100,18 @@ describe('the Git record opens the next ledger batch', () => {
     const c = await gitCreation();
     const claim = await claimGit(c, 'w1');
     let batch: LedgerBatchResult | undefined;
+    let trips = 0;
     const state = await git.perform(c.effects, claim, noHeartbeat, async (held) => {
       expect(held.name).toBe('RecordFreshBranch');
+      const counted = countRoundTrips(t.db);
       batch = await recordAndApplyLedgerSteps(t.db, claim, held, 'w1', 30_000, kinds, { phaseA: true });
+      trips = counted.calls;
+      vi.restoreAllMocks();
       return batch.results[0]!.outcome;
     });
+    // The guard; the union of locks (which read what the record and the launch intent read); the record's INSERT
+    // and read-back with the launch intent's claim and arm and phase A's reads; phase A's writes with COMMIT.
+    expect(trips).toBe(4);
     expect(state).toBe('succeeded');
     expect(batch!.results.map((r) => `${r.claim.kind}:${r.outcome.state}`)).toEqual([
       'fresh_branch_prepare:succeeded',

@@ -25,11 +25,12 @@
  * union, ADR 0040); `failDroppingMarker` deletes it again with a failure
  * found before any Git mutation.
  *
- * Round trips (ADR 0040): PersistWorktreeMarker is three — the guard; the
- * claim's liveness fence with the marker's lock, which reads the row; the
+ * Round trips (ADR 0040, 0041): PersistWorktreeMarker is three — the guard;
+ * the claim's liveness fence with the marker's lock, which reads the row; the
  * INSERT with COMMIT. RecordFreshBranch is four — the guard; the locks, which
  * read the rows checked next, with the one read no lock answers; the INSERT
- * with its read-back; the record with COMMIT.
+ * with its read-back and the record; COMMIT once the read-back is checked. In
+ * the batch its record opens, the read-back travels with what follows it.
  */
 import { sameJson } from '../../canonical/canonical-json';
 import type { FreshBranchPrepareRequest } from '../../canonical/types';
@@ -414,8 +415,14 @@ export function freshBranchRecord(claim: StepClaim, proof: FreshBranchProof): He
           () => new Error('internal: the environment-repo row was not inserted'),
         );
       }
-      const after = await readFreshRows(read, req, owner, proof.worktree_path);
-      if (after.envRepo !== 'ours') throw new Error('environment-repo row did not read back exactly');
+      // The read-back without waiting (as the ledger kinds' records, Tx.checkLater): it travels with the record
+      // and whatever the transaction issues next, and is checked before COMMIT — rows that do not read back
+      // exactly roll the whole transaction back.
+      tx.checkLater(
+        readFreshRows(read, req, owner, proof.worktree_path).then((after) => {
+          if (after.envRepo !== 'ours') throw new Error('environment-repo row did not read back exactly');
+        }),
+      );
       const evidence = presentEvidenceOf(claim, freshBranchObservation(req, owner, proof.worktree_path));
       return recordSuccessLocked(tx, ctx, claim, evidence, {
         ownershipMarker: expectedMarker(req, owner).marker_sha256,
