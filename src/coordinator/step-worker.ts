@@ -10,14 +10,16 @@
  * steps whose effect is outside the ledger (a Git worktree, a provider call),
  * leased and committed with it; they are performed here right after, as
  * after a claim of their own, instead of one queue hop and one claim
- * transaction each (ADR 0040). A duplicate or stale job finds the step already
+ * transaction each (ADR 0040); with one such step, its record opens the
+ * ledger batch that arms the launch intent and runs phase A (ADR 0041). A
+ * duplicate or stale job finds the step already
  * claimed or finished, does nothing, and says so in the log. A permanent
  * `failed` starts recovery of the operation at once (compensate, then Abort)
  * instead of waiting for the next sweep; if another step is still running,
  * the claim finds `claim_in_flight` and the reaper finishes it later.
  */
 import { failpoint } from '../failpoints';
-import { isTaskLedgerError } from '../domain/errors';
+import { isTaskLedgerError, isTransientError } from '../domain/errors';
 import { LEDGER_ONLY_KINDS, type StepKind, type StepState } from '../domain/vocab';
 import type { Logger } from '../log';
 import type { Metrics } from '../metrics';
@@ -243,7 +245,8 @@ async function performClaimedWithBatch(
  * A performed effect's record in the ledger batch that goes on with the operation (`recordAndApplyLedgerSteps`:
  * its ledger-only steps, the launch intent, phase A). When that transaction meets a conflict — in what follows
  * the record, or in the record itself — it wrote nothing, and the record runs again alone, which answers for
- * itself (a stale claim then throws as it always did). Any other error (the database down) is the record's.
+ * itself (a stale claim then throws as it always did). Any other error (the database down, a COMMIT whose outcome
+ * is unknown) is the record's, as it was in the record's own transaction.
  */
 async function recordWithNext(
   deps: StepWorkerDeps,
@@ -264,7 +267,9 @@ async function recordWithNext(
     );
     return { outcome: batch.results[0]!.outcome, batch };
   } catch (err) {
-    if (!isTaskLedgerError(err)) throw err;
+    // A database fault (a lost connection, a COMMIT whose outcome is unknown) is not a conflict: the batch may have
+    // committed, so the record is not run again; the lease expires and the reaper observes, as after any record.
+    if (!isTaskLedgerError(err) || isTransientError(err)) throw err;
     log.debug({ err }, 'the record with the next ledger steps met a conflict; recording alone');
     return { outcome: await recordHeldAlone(deps.effects.db, claim, held) };
   }

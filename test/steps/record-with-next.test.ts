@@ -11,7 +11,8 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { processCompleteJob } from '../../src/coordinator/complete-worker';
 import { enqueuePlanned } from '../../src/coordinator/enqueue';
 import { ledgerKindsOf, processStepJob, type StepWorkerDeps } from '../../src/coordinator/step-worker';
-import { ConflictError } from '../../src/domain/errors';
+import { ConflictError, TaskLedgerError } from '../../src/domain/errors';
+import type { StepKind } from '../../src/domain/vocab';
 import { defaultStepHandlers } from '../../src/kinds/registry';
 import type { StepHandlers } from '../../src/kinds/registry';
 import { silentLogger } from '../../src/log';
@@ -213,5 +214,37 @@ describe('the Git record opens the next ledger batch', () => {
     });
     expect(await opState(c.res.operationId)).toBe('completed');
     expect(await count(t.db, 'event_outbox', "task_id = ? AND type = 'task.created'", [c.res.task.id])).toBe(1);
+  });
+  it('a database fault in that batch is not retried as a conflict: the step stays running for the reaper', async () => {
+    const c = await gitCreation();
+    const launch = defaultStepHandlers.launch_intent;
+    const apply: LedgerApply = async () => {
+      throw new TaskLedgerError('commit_outcome_unknown', 'the connection was lost at COMMIT (test)');
+    };
+    const handlers = { ...defaultStepHandlers, launch_intent: { ...launch, applyInClaim: apply } } as StepHandlers;
+    const deps: StepWorkerDeps = {
+      effects: c.effects,
+      handlers,
+      queues,
+      log: silentLogger(),
+      metrics: null,
+      workerId: 'w5',
+      leaseMs: 30_000,
+      inline: { complete: { db: t.db, queues, log: silentLogger(), metrics: null, workerId: 'w5' } },
+    };
+    const attach = (await stepRows(t.db, c.res.operationId)).find((r) => r.kind === 'workspace_attachment')!;
+    const job = {
+      operationId: c.res.operationId,
+      stepId: attach.id,
+      kind: attach.kind as StepKind,
+      stepKey: attach.step_key,
+      generation: attach.generation,
+    };
+    await expect(processStepJob(deps, job, 'w5-job')).rejects.toMatchObject({ code: 'commit_outcome_unknown' });
+    // Nothing recorded alone after it: the record's transaction rolled back, and the worktree waits for the reaper.
+    expect(await statesOf(c.res.operationId)).toMatchObject({
+      fresh_branch_prepare: 'running',
+      launch_intent: 'planned',
+    });
   });
 });
