@@ -52,6 +52,25 @@ async function gitCreation() {
   return { ws, res, auth, effects };
 }
 
+/** A worker that runs the operation's next steps itself (the fleet's), with `launch` as the launch intent's handler. */
+function inlineWorker(
+  effects: StepWorkerDeps['effects'],
+  launch: StepHandlers['launch_intent'],
+  workerId: string,
+): StepWorkerDeps {
+  const log = silentLogger();
+  return {
+    effects,
+    handlers: { ...defaultStepHandlers, launch_intent: launch } as StepHandlers,
+    queues,
+    log,
+    metrics: null,
+    workerId,
+    leaseMs: 30_000,
+    inline: { complete: { db: t.db, queues, log, metrics: null, workerId } },
+  };
+}
+
 /** The first ledger batch, claiming the Git step with itself (ADR 0040). */
 async function claimGit(c: Awaited<ReturnType<typeof gitCreation>>, owner: string): Promise<StepClaim> {
   const attach = (await stepRows(t.db, c.res.operationId)).find((r) => r.kind === 'workspace_attachment')!;
@@ -185,17 +204,7 @@ describe('the Git record opens the next ledger batch', () => {
       }
       return launch.applyInClaim!(tx, claim, ctx);
     };
-    const handlers = { ...defaultStepHandlers, launch_intent: { ...launch, applyInClaim: apply } } as StepHandlers;
-    const deps: StepWorkerDeps = {
-      effects: c.effects,
-      handlers,
-      queues,
-      log: silentLogger(),
-      metrics: null,
-      workerId: 'w4',
-      leaseMs: 30_000,
-      inline: { complete: { db: t.db, queues, log: silentLogger(), metrics: null, workerId: 'w4' } },
-    };
+    const deps = inlineWorker(c.effects, { ...launch, applyInClaim: apply }, 'w4');
     await enqueuePlanned(queues, c.res.operationId, c.res.steps);
     const jobs: StepJob[] = [];
     for (const q of queues.all()) {
@@ -221,17 +230,7 @@ describe('the Git record opens the next ledger batch', () => {
     const apply: LedgerApply = async () => {
       throw new TaskLedgerError('commit_outcome_unknown', 'the connection was lost at COMMIT (test)');
     };
-    const handlers = { ...defaultStepHandlers, launch_intent: { ...launch, applyInClaim: apply } } as StepHandlers;
-    const deps: StepWorkerDeps = {
-      effects: c.effects,
-      handlers,
-      queues,
-      log: silentLogger(),
-      metrics: null,
-      workerId: 'w5',
-      leaseMs: 30_000,
-      inline: { complete: { db: t.db, queues, log: silentLogger(), metrics: null, workerId: 'w5' } },
-    };
+    const deps = inlineWorker(c.effects, { ...launch, applyInClaim: apply }, 'w5');
     const attach = (await stepRows(t.db, c.res.operationId)).find((r) => r.kind === 'workspace_attachment')!;
     const job = {
       operationId: c.res.operationId,
