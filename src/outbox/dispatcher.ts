@@ -24,6 +24,7 @@ import {
   INTENT_COLUMNS,
   INTENT_JOIN,
   markDeliveredStatement,
+  inEventOrder,
   operationEventsStatement,
   OUTBOX_READ_BATCH,
   type OperationEventRow,
@@ -192,8 +193,8 @@ export async function processOutboxJob(
   // A pass over one operation's events (right after its Complete) reads each event's armed intents with it: one
   // round trip instead of two. Only the first event's are used — they are as fresh as a read right before it.
   if (job.operationId !== undefined) {
-    const read = operationEventsStatement(job.workspaceId, job.operationId);
-    const rows = prefetched ?? (await readRows<OperationEventRow>(deps.db, read.sql, [...read.params]));
+    const read = operationEventsStatement(deps.db.dialect, job.workspaceId, job.operationId);
+    const rows = prefetched ?? inEventOrder(await readRows<OperationEventRow>(deps.db, read.sql, [...read.params]));
     const first = rows[0];
     if (first === undefined) return 0;
     const intents = rows.filter((r) => r.event_id === first.event_id);

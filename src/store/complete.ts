@@ -48,7 +48,7 @@ import { insertResolvedEventLocked } from './task-done';
 import type { CompleteResult, OperationAuthority, StepRow } from './types';
 import { readPlacement, rememberPlacement, type LaunchSpecRow, type Placement } from './launch-dispatch';
 import { claimInCompleteLocked, type ClaimInComplete, type LaunchClaimant } from './launch-claim-in-complete';
-import { operationEventsStatement, type OperationEventRow } from './outbox-mark';
+import { inEventOrder, operationEventsStatement, type OperationEventRow } from './outbox-mark';
 
 export interface VerifiedCreation {
   op: OperationRow;
@@ -211,8 +211,12 @@ export async function completeTaskCreationLocked(
   if (last && resolvedEventId === null) {
     // The delivery pass's read closes the list: the event just written, with its armed intents (ADR 0007).
     const claimed = launchClaim?.statements ?? [];
-    const committed = tx.commitWith([...writes, ...claimed, operationEventsStatement(v.op.workspace_id, v.op.id)]);
-    const events = committed.then((r) => (r[r.length - 1]?.rows ?? []) as unknown as OperationEventRow[]);
+    const committed = tx.commitWith([
+      ...writes,
+      ...claimed,
+      operationEventsStatement(tx.dialect, v.op.workspace_id, v.op.id),
+    ]);
+    const events = committed.then((r) => inEventOrder((r[r.length - 1]?.rows ?? []) as unknown as OperationEventRow[]));
     // The launch spec's read closes the claim's statements (the row before the events').
     const launch = launchClaim
       ? committed.then((r) => launchClaim.claimOf(r[r.length - 2]?.rows?.[0] as LaunchSpecRow | undefined))

@@ -24,7 +24,7 @@ import { recreateDatabase } from '../../src/db/admin';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { unpromotedStartsStatement } from '../../src/runtime/deferred-retry';
 import { announcedLaunchesStatement } from '../../src/runtime/sweep';
-import { operationEventsStatement } from '../../src/store/outbox-mark';
+import { inEventOrder, operationEventsStatement, type OperationEventRow } from '../../src/store/outbox-mark';
 import { DIALECT, openDataSource } from './helpers';
 
 const scratchUrl = (() => {
@@ -224,13 +224,52 @@ afterAll(async () => {
 describe(`plans on fresh tables (${DIALECT})`, () => {
   it("one operation's undelivered events are read through the index that starts with the operation", async () => {
     for (const op of [operations[10]!, operations[EVENTS - 1]!]) {
-      const st = operationEventsStatement(WORKSPACE, op);
+      const st = operationEventsStatement(DIALECT, WORKSPACE, op);
       expect(await planIndexes(ds, st.sql, st.params)).toEqual(['ix_event_outbox_operation_workspace_seq']);
     }
   });
 
+  it("that read sorts nothing: the operation's index gives the events in order (no temporary table, no sort)", async () => {
+    const st = operationEventsStatement(DIALECT, WORKSPACE, operations[EVENTS - 1]!);
+    if (DIALECT === 'postgres') {
+      const rows = (await ds.query(`EXPLAIN (FORMAT JSON) ${dialectSql(st.sql)}`, [...st.params])) as {
+        'QUERY PLAN': unknown;
+      }[];
+      const nodes: string[] = [];
+      const walk = (node: Record<string, unknown>) => {
+        nodes.push(String(node['Node Type']));
+        for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+      };
+      walk((rows[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+      expect(nodes.length).toBeGreaterThan(1);
+      expect(nodes.filter((n) => /Sort/.test(n))).toEqual([]);
+    } else {
+      // Sorting the join by a column of the step made MariaDB build a temporary table, on disk (the TEXT payload).
+      const rows = (await ds.query(`EXPLAIN ${st.sql}`, [...st.params])) as { table: string; Extra: string | null }[];
+      expect(rows.map((r) => r.table)).toContain('e');
+      expect(rows.filter((r) => /temporary|filesort/i.test(r.Extra ?? ''))).toEqual([]);
+    }
+  });
+
+  it("an event's intents are put in session order after the read, events in sequence order", () => {
+    const row = (seq: string, step_key: string | null): OperationEventRow => ({
+      seq,
+      event_id: `ev-${seq}`,
+      type: 'task.created',
+      task_id: 't',
+      operation_id: 'o',
+      revision: 1,
+      payload_json: '{}',
+      delivered_at: null,
+      step_key,
+      dispatch_state: null,
+    });
+    const ordered = inEventOrder([row('10', 'b'), row('9', null), row('10', 'a'), row('100', 'a')]);
+    expect(ordered.map((r) => `${r.seq}:${r.step_key}`)).toEqual(['9:null', '10:a', '10:b', '100:a']);
+  });
+
   it("that read joins the operation's armed launch intent by the step's key, not by its state", async () => {
-    const st = operationEventsStatement(WORKSPACE, operations[EVENTS - 1]!);
+    const st = operationEventsStatement(DIALECT, WORKSPACE, operations[EVENTS - 1]!);
     const custom = await planIndexes(ds, st.sql, st.params, 'task_creation_steps', 's');
     expect(custom.length).toBeGreaterThan(0);
     expect(custom.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
@@ -297,7 +336,7 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
   });
 
   it('the read still finds exactly the undelivered events of that operation', async () => {
-    const st = operationEventsStatement(WORKSPACE, operations[EVENTS - 1]!);
+    const st = operationEventsStatement(DIALECT, WORKSPACE, operations[EVENTS - 1]!);
     const rows = (await ds.query(dialectSql(st.sql), [...st.params])) as {
       operation_id: string;
       delivered_at: unknown;
@@ -305,7 +344,7 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
     expect(rows).toHaveLength(1);
     expect(rows[0]!.operation_id).toBe(operations[EVENTS - 1]);
     expect(rows[0]!.delivered_at).toBeNull();
-    const delivered = operationEventsStatement(WORKSPACE, operations[10]!);
+    const delivered = operationEventsStatement(DIALECT, WORKSPACE, operations[10]!);
     expect(await ds.query(dialectSql(delivered.sql), [...delivered.params])).toEqual([]);
   });
 });
