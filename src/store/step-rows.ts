@@ -35,18 +35,24 @@ export function normalizeStep<T extends StepRow>(row: T): T {
   };
 }
 
-/** The statement that locks every step of an operation (sent ahead by the operation guard). */
+/**
+ * The statement that locks every step of an operation (sent ahead by the operation guard). PostgreSQL locks the rows
+ * as they leave the sort, so `ORDER BY id` takes them in id order. InnoDB locks each row as the key read reaches it,
+ * before any sort, so MySQL/MariaDB take them in the key's order whatever the statement says (every transaction
+ * locks an operation's steps through this one statement, so they all take them in that one order); there the sort
+ * bought only a filesort of the rows' documents per call, and the rows are put in id order below instead.
+ */
 export function stepsLockStatement(operationId: string, dialect: Dialect): Statement {
   return {
-    sql: `SELECT ${STEP_COLUMNS} FROM task_creation_steps ${forceIndexSql(dialect, 'uq_task_creation_steps_key')} WHERE operation_id = ? ORDER BY id FOR UPDATE`,
+    sql: `SELECT ${STEP_COLUMNS} FROM task_creation_steps ${forceIndexSql(dialect, 'uq_task_creation_steps_key')} WHERE operation_id = ?${dialect === 'postgres' ? ' ORDER BY id' : ''} FOR UPDATE`,
     params: [operationId],
   };
 }
 
 /** Locks every step of the operation, in ascending id order (tier 7). */
 export async function lockStepsLocked(tx: Tx, operationId: string): Promise<StepRow[]> {
-  // One statement: the server takes the row locks in id order; the lock plan records the same
-  // acquisitions right after (an out-of-order call still throws and rolls back with zero writes).
+  // One statement (see above for the order the server takes the row locks in); the lock plan records the
+  // acquisitions in id order right after (an out-of-order call still throws and rolls back with zero writes).
   const { sql, params } = stepsLockStatement(operationId, tx.dialect);
   const rows = await tx.rows<StepRow>(sql, [...params]);
   const sorted = rows.map(normalizeStep).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));

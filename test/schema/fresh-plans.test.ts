@@ -25,6 +25,7 @@ import { dbConfigFromEnv } from '../../src/db/config';
 import { unpromotedStartsStatement } from '../../src/runtime/deferred-retry';
 import { announcedLaunchesStatement } from '../../src/runtime/sweep';
 import { inEventOrder, operationEventsStatement, type OperationEventRow } from '../../src/store/outbox-mark';
+import { stepsLockStatement } from '../../src/store/step-rows';
 import { DIALECT, openDataSource } from './helpers';
 
 const scratchUrl = (() => {
@@ -249,6 +250,29 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
       expect(rows.map((r) => r.table)).toContain('e');
       expect(rows.filter((r) => /temporary|filesort/i.test(r.Extra ?? ''))).toEqual([]);
     }
+  });
+
+  it("the lock of an operation's steps: in id order on PostgreSQL (locked as they leave the sort), unsorted on MySQL", async () => {
+    const st = stepsLockStatement(steps[EVENTS - 3]!.operation, DIALECT);
+    if (DIALECT === 'postgres') {
+      const rows = (await ds.query(`EXPLAIN (FORMAT JSON) ${dialectSql(st.sql)}`, [...st.params])) as {
+        'QUERY PLAN': unknown;
+      }[];
+      const top = (rows[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan;
+      expect(top['Node Type']).toBe('LockRows');
+      const below = (top.Plans as Record<string, unknown>[])[0]!;
+      // Sorted (or read in id order) below the lock: the rows are locked in id order.
+      expect(below['Node Type'] === 'Sort' ? below['Sort Key'] : below['Index Name']).toEqual(
+        below['Node Type'] === 'Sort' ? ['id'] : 'pk_task_creation_steps',
+      );
+    } else {
+      // InnoDB locks each row as the key read reaches it, before any sort: a sort by id would only cost a filesort.
+      const rows = (await ds.query(`EXPLAIN ${st.sql}`, [...st.params])) as { key: string; Extra: string | null }[];
+      expect(rows.map((r) => r.key)).toEqual(['uq_task_creation_steps_key']);
+      expect(rows.filter((r) => /temporary|filesort/i.test(r.Extra ?? ''))).toEqual([]);
+    }
+    const locked = (await ds.query(dialectSql(st.sql), [...st.params])) as { id: string }[];
+    expect(locked.map((r) => r.id)).toEqual([steps[EVENTS - 3]!.id]);
   });
 
   it("an event's intents are put in session order after the read, events in sequence order", () => {
