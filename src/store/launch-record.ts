@@ -34,7 +34,7 @@ import { runTransaction, type Db, type Tx } from '../db/tx';
 import type { StatementResult } from '../db/batch';
 import { casDispatchLocked, dispatchEvidenceJson, lockLaunchPrefixLocked, type RuntimeProof } from './launch-dispatch';
 import { markDeliveredStatement, type OutboxMark } from './outbox-mark';
-import { stepsLockStatement } from './step-rows';
+import { stepsLockFence } from './step-rows';
 import type { ClaimVerified, DispatchClaim } from './types';
 
 type Evidence = { json: string; sha256: string };
@@ -122,7 +122,7 @@ function recordInOneRoundTrip(
   tx.lockRow(TIER.IDENTITY, 'task_identities', claim.taskId);
   tx.exec('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [claim.taskId]).catch(() => undefined);
   for (const id of v.stepIds) tx.lockRow(TIER.STEP, 'task_creation_steps', id);
-  tx.expect(stepsLockStatement(claim.operationId, tx.dialect), v.stepIds.length, fenceFailed);
+  tx.expect(stepsLockFence(claim.operationId, tx.dialect), v.stepIds.length, fenceFailed);
   // Revision one, its `task.created` and the armed intent (rows the locks above hold or that never change): plain
   // reads, checked as one.
   tx.expect(

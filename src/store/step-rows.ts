@@ -39,14 +39,23 @@ export function normalizeStep<T extends StepRow>(row: T): T {
  * The statement that locks every step of an operation (sent ahead by the operation guard). PostgreSQL locks the rows
  * as they leave the sort, so `ORDER BY id` takes them in id order. InnoDB locks each row as the key read reaches it,
  * before any sort, so MySQL/MariaDB take them in the key's order whatever the statement says (every transaction
- * locks an operation's steps through this one statement, so they all take them in that one order); there the sort
- * bought only a filesort of the rows' documents per call, and the rows are put in id order below instead.
+ * locks an operation's steps through this statement or its id-only fence below, by the same key, so they all take
+ * them in that one order); there the sort bought only a filesort of the rows' documents per call, and the rows are
+ * put in id order below instead (ADR 0042).
  */
-export function stepsLockStatement(operationId: string, dialect: Dialect): Statement {
+export function stepsLockStatement(operationId: string, dialect: Dialect, columns = STEP_COLUMNS): Statement {
   return {
-    sql: `SELECT ${STEP_COLUMNS} FROM task_creation_steps ${forceIndexSql(dialect, 'uq_task_creation_steps_key')} WHERE operation_id = ?${dialect === 'postgres' ? ' ORDER BY id' : ''} FOR UPDATE`,
+    sql: `SELECT ${columns} FROM task_creation_steps ${forceIndexSql(dialect, 'uq_task_creation_steps_key')} WHERE operation_id = ?${dialect === 'postgres' ? ' ORDER BY id' : ''} FOR UPDATE`,
     params: [operationId],
   };
+}
+
+/**
+ * The same locks as `stepsLockStatement`, reading only the ids: for a fence that counts the rows (`Tx.expect`),
+ * which needs none of their documents (MySQL would send them all to be discarded).
+ */
+export function stepsLockFence(operationId: string, dialect: Dialect): Statement {
+  return stepsLockStatement(operationId, dialect, 'id');
 }
 
 /** Locks every step of the operation, in ascending id order (tier 7). */

@@ -98,6 +98,46 @@ function loseAnswerOf(marker: string): void {
   });
 }
 
+/** Every column name the database's answers carry from now on (undo with `vi.restoreAllMocks()`). */
+function answeredColumns(dialect: 'postgres' | 'mysql'): string[] {
+  const names: string[] = [];
+  const fieldsOf = (fields: unknown) => {
+    for (const f of (Array.isArray(fields) ? fields : []).flat() as { name?: string }[])
+      if (f?.name) names.push(f.name);
+  };
+  if (dialect === 'postgres') {
+    const proto = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
+    const original = proto.query;
+    vi.spyOn(proto, 'query').mockImplementation(function (this: unknown, ...args: unknown[]) {
+      const out = original.apply(this, args);
+      if (out instanceof Promise) {
+        void out.then(
+          (res: unknown) => {
+            for (const r of Array.isArray(res) ? res : [res]) fieldsOf((r as { fields?: unknown })?.fields);
+          },
+          () => undefined,
+        );
+      }
+      return out;
+    });
+  } else {
+    const proto = mysql.Connection.prototype as unknown as { query: (...args: unknown[]) => unknown };
+    const original = proto.query;
+    vi.spyOn(proto, 'query').mockImplementation(function (this: unknown, ...args: unknown[]) {
+      const at = args.findIndex((a) => typeof a === 'function');
+      if (at >= 0) {
+        const callback = args[at] as (...a: unknown[]) => unknown;
+        args[at] = (err: unknown, rows: unknown, fields: unknown) => {
+          fieldsOf(fields);
+          return callback(err, rows, fields);
+        };
+      }
+      return original.apply(this, args);
+    });
+  }
+  return names;
+}
+
 /** The same claim, remembering another intent generation than the one stored: the server's check fails. */
 const misremembered = (claim: DispatchClaim): DispatchClaim => ({
   ...claim,
@@ -112,6 +152,15 @@ describe('the launch record (ADR 0029)', () => {
     await recordLaunchDispatch(t.db, claim, proof(4242));
     expect(trips.calls).toBe(1);
     expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+  });
+
+  it('locks the steps without reading their documents back (the fence counts rows, ADR 0042)', async () => {
+    const { claim } = await claimed();
+    const columns = answeredColumns(t.db.dialect);
+    await recordLaunchDispatch(t.db, claim, proof(4243));
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+    expect(columns.length).toBeGreaterThan(0);
+    expect(columns.filter((c) => c === 'request_json' || c === 'evidence_json')).toEqual([]);
   });
 
   it("keeps what phase B's own claim verified, and records it in one round trip", async () => {
