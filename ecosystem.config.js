@@ -29,6 +29,8 @@ const VARIABLES = [
   'TASKLEDGER_SWEEP_WORKSPACE_ID',
   'TASKLEDGER_SPAWNER',
   'TASKLEDGER_SPAWNER_BIN',
+  'TASKLEDGER_PG_PREPARE',
+  'TASKLEDGER_MYSQL_PREPARE',
 ];
 const env = Object.fromEntries(
   VARIABLES.filter((name) => process.env[name] !== undefined).map((name) => [name, process.env[name]]),

@@ -20,10 +20,13 @@
  * sends a batch holding such a value one statement per round trip instead.
  * A statement that recurs runs as `EXECUTE` of a statement prepared once per
  * connection (src/db/pg-prepared.ts): the server skips parsing and planning.
+ * On MariaDB likewise (src/db/mysql-prepared.ts: `EXECUTE ... USING` with the
+ * values the driver fills in; the server skips parsing).
  */
 import type pg from 'pg';
 import { QueryFailedError, type QueryRunner } from 'typeorm';
 import type { Dialect } from './config';
+import { mysqlBatchTexts } from './mysql-prepared';
 import { pgBatchTexts } from './pg-prepared';
 import type { SqlParam, Statement } from './statement';
 
@@ -57,11 +60,25 @@ export async function sendBatch(
   options: { begin: boolean },
 ): Promise<StatementResult[]> {
   const conn = (await qr.connect()) as object;
-  const prepared = dialect === 'postgres' ? pgBatchTexts(conn, statements) : null;
-  const lead = [...(options.begin ? [BEGIN] : []), ...(prepared?.lead ?? [])];
-  const texts = [...lead, ...(prepared?.body ?? statements.map((s) => s.sql))];
+  const begin = options.begin ? [BEGIN] : [];
+  let prepared: { settle(ok: boolean, err?: unknown): void };
+  let lead: string[];
+  let texts: string[];
+  let params: SqlParam[] = [];
+  if (dialect === 'postgres') {
+    const pgTexts = pgBatchTexts(conn, statements);
+    prepared = pgTexts;
+    lead = [...begin, ...pgTexts.lead];
+    texts = [...lead, ...pgTexts.body];
+  } else {
+    // The driver fills every `?` of the whole text in order: the PREPAREs' texts first, then the body's values.
+    const my = mysqlBatchTexts(conn, statements);
+    prepared = my;
+    lead = [...begin, ...my.lead.map((s) => s.sql)];
+    texts = [...lead, ...my.body.map((s) => s.sql)];
+    params = [...my.lead, ...my.body].flatMap((s) => s.params);
+  }
   const text = texts.join(';\n');
-  const params = dialect === 'mysql' ? statements.flatMap((s) => s.params) : [];
   let raw: unknown[];
   try {
     if (dialect === 'postgres') {
@@ -75,10 +92,10 @@ export async function sendBatch(
       raw = texts.length === 1 ? [res] : (res as unknown[]);
     }
   } catch (err) {
-    prepared?.settle(false, err);
+    prepared.settle(false, err);
     throw new QueryFailedError(text, params, err as Error);
   }
-  prepared?.settle(true);
+  prepared.settle(true);
   if (raw.length !== texts.length) {
     throw new Error(`a batch of ${texts.length} statements returned ${raw.length} results`);
   }

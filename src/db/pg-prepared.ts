@@ -23,30 +23,20 @@
  * transaction (`preparedRestart`): the caller never sees it.
  *
  * Only statements seen twice in this process are prepared, at most
- * `MAX_PER_CONNECTION` per connection and `MAX_TEXTS` texts tracked, so a
- * text built with values in it never fills a backend's memory.
+ * `MAX_PER_CONNECTION` per connection (src/db/prepared-texts.ts, shared with
+ * MySQL's, src/db/mysql-prepared.ts), so a text built with values in it never
+ * fills a backend's memory.
  * `TASKLEDGER_PG_PREPARE=0` turns it off (a transaction-pooling proxy such as
  * PgBouncer cannot keep a session's prepared statements).
  */
 import { driverErrorOf, toDialectSql, type DriverError } from './dialect';
 import { inlinePgParams, type SqlParam, type Statement } from './statement';
+import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor } from './prepared-texts';
 
-const MAX_PER_CONNECTION = 256;
-const MAX_TEXTS = 4096;
-const PREPARABLE = /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i;
 /** Errors that say the server could not prepare a text as written (parameter types it cannot infer). */
 const UNPREPARABLE_CODES = new Set(['42P18', '42P08', '42804', '42725', '42883']);
 
 const enabled = process.env.TASKLEDGER_PG_PREPARE !== '0';
-
-interface TextState {
-  seen: number;
-  name: string;
-}
-
-const texts = new Map<string, TextState>();
-const unpreparable = new Set<string>();
-let nextName = 0;
 
 interface ConnState {
   names: Set<string>;
@@ -62,19 +52,6 @@ function connState(conn: object): ConnState {
     connections.set(conn, s);
   }
   return s;
-}
-
-/** The text's prepared name once it recurs, else null (and it is counted). */
-function nameFor(sql: string): string | null {
-  if (!enabled || unpreparable.has(sql) || !PREPARABLE.test(sql)) return null;
-  let t = texts.get(sql);
-  if (!t) {
-    if (texts.size >= MAX_TEXTS) return null;
-    t = { seen: 0, name: `tl_${(nextName++).toString(36)}` };
-    texts.set(sql, t);
-  }
-  t.seen++;
-  return t.seen >= 2 ? t.name : null;
 }
 
 function literalList(params: readonly SqlParam[]): string {
@@ -103,7 +80,7 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
   }
   const preparing: { name: string; sql: string }[] = [];
   const body = statements.map((s) => {
-    const name = nameFor(s.sql);
+    const name = enabled ? preparedNameFor(s.sql) : null;
     if (name === null) return inlinePgParams(s.sql, s.params);
     if (!state.names.has(name)) {
       if (state.names.size + preparing.length >= MAX_PER_CONNECTION) return inlinePgParams(s.sql, s.params);
@@ -129,13 +106,11 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
       // Which of the lead texts ran is unknown (or the record was wrong): the next batch here starts from nothing.
       state.unknown = true;
       const cannotPrepare = preparing.length > 0 && UNPREPARABLE_CODES.has(d.code ?? '');
-      if (cannotPrepare) {
-        for (const p of preparing) unpreparable.add(p.sql);
-        process.emitWarning(`${preparing.length} statement(s) run unprepared from now on (${d.code}: ${d.message})`, {
-          type: 'TaskledgerPreparedStatement',
-          detail: preparing.map((p) => p.sql).join('\n'),
-        });
-      }
+      if (cannotPrepare)
+        markUnpreparable(
+          preparing.map((p) => p.sql),
+          `${d.code}: ${d.message}`,
+        );
       // The next attempt runs without what failed here.
       if (stateWrong || cannotPrepare) d.preparedRestart = true;
     },

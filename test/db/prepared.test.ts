@@ -1,17 +1,20 @@
 /**
- * Prepared statements (src/db/pg-prepared.ts, docs/adr/0017): on PostgreSQL
- * a statement that recurs runs as EXECUTE of a statement prepared once per
- * connection; values still arrive byte for byte, and every way the record of
- * a connection can go wrong (a failed batch that carried a PREPARE,
- * statements deallocated behind the runner's back, a text the server cannot
- * prepare) ends in a transaction that commits, never in an error the caller
- * sees. MySQL runs the same transactions unprepared, with the same results.
- * One connection in the pool, so every transaction here shares its state.
+ * Prepared statements (src/db/pg-prepared.ts, docs/adr/0017; on MariaDB
+ * src/db/mysql-prepared.ts, ADR 0043): a statement that recurs runs as
+ * EXECUTE of a statement prepared once per connection; values still arrive
+ * byte for byte, and every way the record of a connection can go wrong (a
+ * failed batch that carried a PREPARE, statements deallocated behind the
+ * runner's back, a text the server cannot prepare) ends in a transaction that
+ * commits, never in an error the caller sees. One connection in the pool, so
+ * every transaction here shares its state (and, on MariaDB, its session
+ * counters of SQL PREPAREs and EXECUTEs).
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { bool, execOnce, readRows, runTransaction, type Tx } from '../../src/db/tx';
 import { uniqueViolationConstraint } from '../../src/db/dialect';
+import { mysqlBatchTexts } from '../../src/db/mysql-prepared';
+import { preparedNameOf } from '../../src/db/prepared-texts';
 import { useTestDb } from '../support/db';
 
 const t = useTestDb(1);
@@ -39,9 +42,21 @@ async function preparedTexts(): Promise<string[]> {
   return rows.map((r) => r.statement);
 }
 
+/** MariaDB: how many SQL PREPAREs and EXECUTEs this session (the pool's one connection) has run. */
+async function sessionCounts(): Promise<{ prepare: number; execute: number }> {
+  const rows = await runTransaction(t.db, 'PreparedCounts', (tx) =>
+    tx.rows<{ Variable_name: string; Value: string }>(
+      "SHOW SESSION STATUS WHERE Variable_name IN ('Com_prepare_sql', 'Com_execute_sql')",
+    ),
+  );
+  const of = (name: string) => Number(rows.find((r) => r.Variable_name === name)?.Value ?? Number.NaN);
+  return { prepare: of('Com_prepare_sql'), execute: of('Com_execute_sql') };
+}
+
 describe('prepared statements', () => {
-  it('a statement that recurs is prepared once on PostgreSQL, and values arrive byte for byte', async () => {
+  it('a statement that recurs is prepared once (PostgreSQL, MariaDB), and values arrive byte for byte', async () => {
     const tricky = ["it's", 'back\\slash \\x41', 'a ? b $1 c', 'line\nbreak', 'ünïcødé ✓ 漢字', ''];
+    const before = t.db.dialect === 'mysql' ? await sessionCounts() : null;
     for (const name of tricky) {
       const id = randomUUID();
       await runTransaction(t.db, 'PreparedInsert', (tx) => insertWorkspace(tx, id, name));
@@ -54,6 +69,14 @@ describe('prepared statements', () => {
         1,
       );
       expect(texts.some((s) => s.includes(' AS INSERT INTO workspaces'))).toBe(true);
+    } else {
+      // The read was prepared once on this connection and then executed: 6 values x 2 prepared reads, and the
+      // inserts from their second on.
+      const after = await sessionCounts();
+      expect(preparedNameOf(SELECT_NAME)).toMatch(/^tl_/);
+      expect(after.execute - before!.execute).toBeGreaterThanOrEqual(tricky.length * 2);
+      expect(after.prepare - before!.prepare).toBeGreaterThanOrEqual(1);
+      expect(after.prepare - before!.prepare).toBeLessThanOrEqual(4);
     }
   });
 
@@ -84,8 +107,13 @@ describe('prepared statements', () => {
     if (t.db.dialect === 'postgres') {
       await runTransaction(t.db, 'PreparedDrop', (tx) => tx.exec('DEALLOCATE ALL'));
       expect(await preparedTexts()).not.toContain(expect.stringContaining('WHERE id = $1 AND state = $2'));
+    } else {
+      const name = preparedNameOf(SELECT_NAME);
+      expect(name).toMatch(/^tl_/);
+      await runTransaction(t.db, 'PreparedDrop', (tx) => tx.exec(`DEALLOCATE PREPARE ${name}`));
     }
-    // On PostgreSQL this read's EXECUTE finds nothing prepared (26000): the runner restarts it, afresh.
+    // This read's EXECUTE finds nothing prepared (26000 on PostgreSQL, 1243 on MariaDB): the runner restarts it,
+    // afresh.
     expect(await nameOf(id)).toBe('before');
     expect(await nameOf(id)).toBe('before');
   });
@@ -126,5 +154,31 @@ describe('prepared statements', () => {
     }
     expect(await rename('d')).toBe(1);
     expect(await read()).toEqual([{ name: 'd' }]);
+  });
+
+  // Last: it makes this process stop preparing on MariaDB (as a server at its bound would).
+  it("MariaDB's record after failures: a text it would not prepare runs inlined; at the server's bound, none is", () => {
+    const conn = { _handshakePacket: { serverVersion: '5.5.5-10.11.19-MariaDB' } };
+    const stmt = { sql: `SELECT id FROM workspaces WHERE id = ? AND name <> '${randomUUID()}'`, params: ['x'] };
+    const bodyOf = () => mysqlBatchTexts(conn, [stmt]);
+    expect(bodyOf().body[0]!.sql).toBe(stmt.sql); // first sighting: inlined
+    const second = bodyOf();
+    expect(second.lead.map((l) => l.sql)).toEqual([expect.stringMatching(/^PREPARE tl_\w+ FROM \?$/)]);
+    expect(second.body[0]!.sql).toMatch(/^EXECUTE tl_\w+ USING \?$/);
+    const refused = Object.assign(new Error('not supported in the prepared statement protocol'), { errno: 1295 });
+    second.settle(false, refused);
+    expect((refused as { preparedRestart?: boolean }).preparedRestart).toBe(true);
+    expect(bodyOf().body[0]!.sql).toBe(stmt.sql); // runs inlined from now on
+    const other = { sql: `SELECT id FROM workspaces WHERE id = ? AND name <> '${randomUUID()}'`, params: ['y'] };
+    mysqlBatchTexts(conn, [other]);
+    const full = Object.assign(new Error('max_prepared_stmt_count'), { errno: 1461 });
+    const prepared = mysqlBatchTexts(conn, [other]);
+    expect(prepared.lead).toHaveLength(1);
+    prepared.settle(false, full);
+    expect((full as { preparedRestart?: boolean }).preparedRestart).toBe(true);
+    expect(mysqlBatchTexts(conn, [other]).body[0]!.sql).toBe(other.sql);
+    // MySQL (no "MariaDB" in its handshake) never prepares.
+    const mysql8 = { _handshakePacket: { serverVersion: '8.0.36' } };
+    expect(mysqlBatchTexts(mysql8, [stmt, stmt]).lead).toEqual([]);
   });
 });
