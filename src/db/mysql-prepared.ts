@@ -19,8 +19,7 @@
  * on prepared statements reached (1461: this process stops preparing), restart the transaction
  * (`preparedRestart`): the caller never sees it. `TASKLEDGER_MYSQL_PREPARE=0` turns it off.
  */
-import { driverErrorOf } from './dialect';
-import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor } from './prepared-texts';
+import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor, settleWith } from './prepared-texts';
 import type { Statement } from './statement';
 
 const enabled = process.env.TASKLEDGER_MYSQL_PREPARE !== '0';
@@ -77,12 +76,7 @@ export function mysqlBatchTexts(conn: object, statements: readonly Statement[]):
   return {
     lead: preparing.map((p) => ({ sql: `PREPARE ${p.name} FROM ?`, params: [p.sql] })),
     body,
-    settle(ok, err) {
-      if (ok) {
-        for (const p of preparing) state.names.add(p.name);
-        return;
-      }
-      const d = driverErrorOf(err);
+    settle: settleWith(state.names, preparing, (d) => {
       const missing = d.errno === MISSING;
       if (preparing.length === 0 && !missing) return;
       // Which PREPAREs ran is unknown (or the record was wrong): the next batch here prepares what it needs again.
@@ -96,6 +90,6 @@ export function mysqlBatchTexts(conn: object, statements: readonly Statement[]):
           `${d.errno}: ${d.message}`,
         );
       if (missing || full || cannot) d.preparedRestart = true;
-    },
+    }),
   };
 }

@@ -29,9 +29,9 @@
  * `TASKLEDGER_PG_PREPARE=0` turns it off (a transaction-pooling proxy such as
  * PgBouncer cannot keep a session's prepared statements).
  */
-import { driverErrorOf, toDialectSql, type DriverError } from './dialect';
+import { toDialectSql, type DriverError } from './dialect';
 import { inlinePgParams, type SqlParam, type Statement } from './statement';
-import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor } from './prepared-texts';
+import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor, settleWith } from './prepared-texts';
 
 /** Errors that say the server could not prepare a text as written (parameter types it cannot infer). */
 const UNPREPARABLE_CODES = new Set(['42P18', '42P08', '42804', '42725', '42883']);
@@ -95,12 +95,7 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
   return {
     lead,
     body,
-    settle(ok, err) {
-      if (ok) {
-        for (const p of preparing) state.names.add(p.name);
-        return;
-      }
-      const d = driverErrorOf(err);
+    settle: settleWith(state.names, preparing, (d) => {
       const stateWrong = isPreparedStateError(d);
       if (!reset && !stateWrong) return;
       // Which of the lead texts ran is unknown (or the record was wrong): the next batch here starts from nothing.
@@ -113,7 +108,7 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
         );
       // The next attempt runs without what failed here.
       if (stateWrong || cannotPrepare) d.preparedRestart = true;
-    },
+    }),
   };
 }
 

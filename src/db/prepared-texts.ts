@@ -7,6 +7,8 @@
  * first `MAX_TEXTS` is never named. A text built with values in it therefore never fills a server's memory.
  * Names are per process. Each connection keeps its own record of which names it holds.
  */
+import { driverErrorOf, type DriverError } from './dialect';
+
 const MAX_TEXTS = 4096;
 const PREPARABLE = /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i;
 
@@ -48,4 +50,22 @@ export function markUnpreparable(sqls: readonly string[], why: string): void {
 export function preparedNameOf(sql: string): string | undefined {
   const t = texts.get(sql);
   return t !== undefined && t.seen >= 2 && !unpreparable.has(sql) ? t.name : undefined;
+}
+
+/**
+ * A batch's `settle(ok, err)`: once it answered, the connection holds the statements it prepared; once it failed,
+ * `failed` decides what the connection's record and the error become.
+ */
+export function settleWith(
+  names: Set<string>,
+  preparing: readonly { name: string }[],
+  failed: (d: DriverError) => void,
+): (ok: boolean, err?: unknown) => void {
+  return (ok, err) => {
+    if (ok) {
+      for (const p of preparing) names.add(p.name);
+      return;
+    }
+    failed(driverErrorOf(err));
+  };
 }
