@@ -19,10 +19,17 @@
  * ADR 0022): `checkedStatementsMysql(stmt, affected, index)` is the write
  * followed by a SELECT that overflows BIGINT UNSIGNED (error 1690) when
  * `ROW_COUNT()` — the write's affected rows, as the driver counts them — is
- * not `affected` (`FOUND_ROWS()`, the rows answered, after a SELECT); the server stops the multi-statement there, COMMIT
- * included. The error text quotes the expression, whose literal names the
- * statement's index (the count itself is not in it: reported as NaN).
+ * not `affected`; the server stops the multi-statement there, COMMIT
+ * included. A SELECT is checked in one statement (ADR 0044): the same
+ * overflow over `COUNT(*)` of it as a derived table, whose locking clause, if
+ * any, locks the rows it reads as the SELECT alone would. The error text
+ * quotes the expression, whose literal names the statement's index (the count
+ * itself is not in it: reported as NaN). `checkedStatementCount` says how
+ * many statements stand for one checked statement.
  */
+import type { Dialect } from './config';
+import type { Statement } from './statement';
+
 const MARK = 'taskledger_expect_';
 
 /** A plain or locking SELECT: checked on the rows it answers instead of the rows it changed. */
@@ -35,14 +42,17 @@ export function checkedSql(sql: string, affected: number, index: number): string
   );
 }
 
-export function checkedStatementsMysql<S extends { sql: string; params: readonly unknown[] }>(
-  stmt: S,
-  affected: number,
-  index: number,
-): [S, { sql: string; params: [] }] {
-  // After a SELECT, ROW_COUNT() is -1 and FOUND_ROWS() the rows it answered.
-  const count = isSelect(stmt.sql) ? 'FOUND_ROWS()' : 'ROW_COUNT()';
-  return [stmt, { sql: `SELECT ~0 + (${count} <> ${affected} AND '${MARK}${index}' <> '') AS ok`, params: [] }];
+export function checkedStatementsMysql(stmt: Statement, affected: number, index: number): Statement[] {
+  const fails = (count: string) => `~0 + (${count} <> ${affected} AND '${MARK}${index}' <> '')`;
+  if (isSelect(stmt.sql)) {
+    return [{ sql: `SELECT ${fails('COUNT(*)')} AS ok FROM (${stmt.sql.trimEnd()}) AS checked`, params: stmt.params }];
+  }
+  return [stmt, { sql: `SELECT ${fails('ROW_COUNT()')} AS ok`, params: [] }];
+}
+
+/** The statements that stand for one checked statement: one on PostgreSQL and for a MySQL SELECT, else two. */
+export function checkedStatementCount(dialect: Dialect, sql: string): number {
+  return dialect === 'postgres' || isSelect(sql) ? 1 : 2;
 }
 
 export function checkedFailure(err: unknown): { index: number; affected: number } | null {

@@ -52,6 +52,12 @@ export function preparedNameOf(sql: string): string | undefined {
   return t !== undefined && t.seen >= 2 && !unpreparable.has(sql) ? t.name : undefined;
 }
 
+/** The text a prepared name runs, the inverse of `preparedNameOf` (for tests and diagnostics). */
+export function preparedTextOf(name: string): string | undefined {
+  for (const [sql, t] of texts) if (t.name === name) return sql;
+  return undefined;
+}
+
 /**
  * A batch's `settle(ok, err)`: once it answered, the connection holds the statements it prepared; once it failed,
  * `failed` decides what the connection's record and the error become.

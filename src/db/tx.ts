@@ -36,7 +36,7 @@ import {
 } from './dialect';
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
-import { checkedFailure, checkedSql, checkedStatementsMysql } from './checked-commit';
+import { checkedFailure, checkedSql, checkedStatementCount, checkedStatementsMysql } from './checked-commit';
 import { EarlyReads, isPlainRead, KeptAnswers } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
@@ -694,8 +694,8 @@ async function commitChecked(
   for (const u of unsent) {
     if (u.check) u.resolve({ rows: [], affected: u.check.affected });
     else u.resolve(results[at] as StatementResult);
-    // One statement per check on PostgreSQL, the write and its check on MySQL; one per plain statement.
-    at += u.check && dialect !== 'postgres' ? 2 : 1;
+    // One statement per check on PostgreSQL and per fence, the write and its check on MySQL; one per plain statement.
+    at += u.check ? checkedStatementCount(dialect, u.stmt.sql) : 1;
   }
   return results.slice(at);
 }

@@ -49,6 +49,7 @@ import type { CompleteResult, OperationAuthority, StepRow } from './types';
 import { readPlacement, rememberPlacement, type LaunchSpecRow, type Placement } from './launch-dispatch';
 import { claimInCompleteLocked, type ClaimInComplete, type LaunchClaimant } from './launch-claim-in-complete';
 import { inEventOrder, operationEventsStatement, type OperationEventRow } from './outbox-mark';
+import { admitAssignments } from './wip-admission';
 
 export interface VerifiedCreation {
   op: OperationRow;
@@ -180,12 +181,14 @@ export async function completeTaskCreationLocked(
     manifest_hash: v.op.manifest_hash,
     start_policy: v.plan.start_policy,
   };
+  // Phase B's launch claim admits the task to its WIP slot in this same write of the task row.
+  const admit = last && resolvedEventId === null && launchClaim?.admitsTask ? admitAssignments(tx) : null;
   const writes: Statement[] = [
     {
       sql: `UPDATE tasks SET creation_state = 'completed', revision = 1,
-              external_id_settled_at = CASE WHEN external_id IS NULL THEN NULL ELSE ${tx.now} END, updated_at = ${tx.now}
+              external_id_settled_at = CASE WHEN external_id IS NULL THEN NULL ELSE ${tx.now} END,${admit ? ` ${admit.sql},` : ''} updated_at = ${tx.now}
         WHERE id = ? AND creation_state = 'completing'`,
-      params: [v.task.id],
+      params: [...(admit?.params ?? []), v.task.id],
     },
     {
       sql: `UPDATE task_identities SET state = 'completed', updated_at = ${tx.now} WHERE task_id = ?`,

@@ -7,8 +7,9 @@
  * `claimLaunchDispatch` (store/launch-dispatch.ts) would otherwise take in a
  * transaction of its own: the dispatch claim inserted `running`, generation 1,
  * under this worker's lease; the session `prepared -> starting` (a
- * compare-and-set, `Tx.expect`); the task's WIP slot (`wip_admitted`); and the
- * launch spec read. Nothing is started before that COMMIT: the confirmation
+ * compare-and-set, `Tx.expect`); the task's WIP slot (`wip_admitted`), given in
+ * the UPDATE that completes the task (`admitsTask`: one write of the task row,
+ * not two); and the launch spec read. Nothing is started before that COMMIT: the confirmation
  * right before the start, the start and the record follow it exactly as after a
  * claim of its own, and a worker that dies in between leaves a `running` claim
  * whose lease runs out, which dispatch recovery observes as it does any other.
@@ -41,7 +42,6 @@ import {
 import type { OperationRow, TaskLockRow } from './operation-guard';
 import { verifyStepRequest } from './step-rows';
 import type { StepRow } from './types';
-import { admitStatement } from './wip-admission';
 import { claimVerified } from './claim-verified';
 
 /** The worker that will start the agent: the claim's lease owner. */
@@ -68,6 +68,8 @@ export interface ClaimContext {
 export interface ClaimInComplete {
   /** Sent with phase B's COMMIT, after its own writes; the last is the launch spec's read. */
   statements: Statement[];
+  /** The task holds no WIP slot yet: phase B's completion of the task row takes it (`admitAssignments`). */
+  admitsTask: boolean;
   /** The claim as committed, given the spec's row. */
   claimOf(spec: LaunchSpecRow | undefined): DispatchClaim;
 }
@@ -126,11 +128,11 @@ export function claimInCompleteLocked(
         intent.request_sha256,
       ],
     },
-    ...(v.task.wip_admitted ? [] : [admitStatement(tx, [v.task.id])]),
     { sql: LAUNCH_SPEC_SQL, params: [request.agent_profile_id, sessionId, v.task.id] },
   ];
   return {
     statements,
+    admitsTask: !v.task.wip_admitted,
     claimOf: (spec) => ({
       dispatchId,
       operationId: v.op.id,

@@ -96,13 +96,24 @@ export async function admitLocked(tx: Tx, taskIds: readonly string[]): Promise<v
   await tx.exec(sql, [...params]);
 }
 
+/**
+ * The assignments that give a task its WIP slot: `admitStatement`'s, and those of phase B's completion of a task
+ * whose launch claim it takes (store/launch-claim-in-complete.ts), which admits it in the same UPDATE.
+ */
+export function admitAssignments(tx: Tx): { sql: string; params: [boolean] } {
+  return {
+    sql: `wip_admitted = ?, admitted_at = ${tx.now}, queued_for_step_id = NULL, queued_at = NULL`,
+    params: [true],
+  };
+}
+
 /** `admitLocked`'s write, for a transaction that sends it with its COMMIT (`Tx.commitWith`). */
 export function admitStatement(tx: Tx, taskIds: readonly string[]): Statement {
+  const admit = admitAssignments(tx);
   return {
-    sql: `UPDATE tasks SET wip_admitted = ?, admitted_at = ${tx.now}, queued_for_step_id = NULL, queued_at = NULL,
-            updated_at = ${tx.now}
+    sql: `UPDATE tasks SET ${admit.sql}, updated_at = ${tx.now}
       WHERE id IN (${taskIds.map(() => '?').join(', ')})`,
-    params: [true, ...taskIds],
+    params: [...admit.params, ...taskIds],
   };
 }
 

@@ -11,7 +11,8 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { runTransaction, type Tx } from '../../src/db/tx';
 import { ConflictError, isTaskLedgerError } from '../../src/domain/errors';
 import { sql, useTestDb } from '../support/db';
-import { countRoundTrips } from '../support/round-trips';
+import { toDialectSql } from '../../src/db/dialect';
+import { countRoundTrips, sentStatements } from '../support/round-trips';
 
 const t = useTestDb();
 
@@ -272,6 +273,36 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
       expect((err as Error).message).toBe(`workspace ${id} fence failed`);
       expect(await nameOf(added)).toBe('<absent>');
     }
+  });
+
+  it('a fence with COMMIT is one statement on either dialect, and its locking read waits for a writer holding the row', async () => {
+    const guard = randomUUID();
+    const added = randomUUID();
+    await runTransaction(t.db, 'FenceSetup5', (tx) => insertWorkspace(tx, guard, 'guard'));
+    const holder = t.db.ds.createQueryRunner();
+    await holder.connect();
+    await holder.startTransaction();
+    await holder.query(toDialectSql(t.db.dialect, 'UPDATE workspaces SET name = ? WHERE id = ?'), ['held', guard]);
+    const sent = sentStatements(t.db);
+    let done = false;
+    const fenced = runTransaction(t.db, 'FenceOneStatement', (tx) => {
+      fence(tx, guard, 1);
+      void insertAll(tx, [added]);
+      return Promise.resolve();
+    }).then(() => {
+      done = true;
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    const waited = !done;
+    await holder.commitTransaction();
+    await holder.release();
+    await fenced;
+    vi.restoreAllMocks();
+    expect(waited).toBe(true);
+    expect(await nameOf(added)).toBe('fenced');
+    // The fence and the insert, one statement each: on MySQL no FOUND_ROWS() check follows the fence (ADR 0044).
+    expect(sent).toHaveLength(2);
+    expect(sent[0]).toMatch(/SELECT id FROM workspaces/);
   });
 
   it('a fence sent in an ordinary round trip counts the rows it answered too', async () => {

@@ -16,7 +16,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { LAUNCH_QUEUE } from '../../queues/names';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import { QueueSet } from '../../src/coordinator/queues';
@@ -32,6 +32,7 @@ import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps, stepRows } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 import { backdateClaim, launchLeftovers } from '../support/launch';
+import { sentStatements } from '../support/round-trips';
 
 const t = useTestDb();
 const redis = new Redis(process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: null });
@@ -150,6 +151,20 @@ describe('the launch claim taken by phase B', () => {
     expect(await sessionState(s.sessionId)).toBe('running');
     expect(await count(t.db, 'executors_running', 'session_id = ?', [s.sessionId])).toBe(1);
     expect(s.starts()).toBe(1);
+  });
+
+  it('writes the task row once in phase B: the completion takes the WIP slot with the claim', async () => {
+    const s = await readyToComplete();
+    const sent = sentStatements(t.db);
+    const done = await completeTaskCreation(t.db, s.auth, { claimant: { owner: OWNER, leaseMs: LEASE_MS } });
+    const claim = await done.launch!;
+    vi.restoreAllMocks();
+    expect(claim.generation).toBe(1);
+    expect(await admitted(s.res.task.id)).toBe(true);
+    const taskWrites = sent.filter((text) => /\bUPDATE tasks SET\b/.test(text));
+    // Phase A's `preparing -> completing`, then phase B's one write: completed, admitted.
+    expect(taskWrites).toHaveLength(2);
+    expect(taskWrites[1]).toMatch(/creation_state = 'completed'[\s\S]*wip_admitted = /);
   });
 
   it('writes no claim without a claimant, in a step with a WIP limit, or with nothing to launch', async () => {

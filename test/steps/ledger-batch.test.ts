@@ -15,7 +15,7 @@ import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
-import { countRoundTrips } from '../support/round-trips';
+import { countRoundTrips, sentStatements } from '../support/round-trips';
 import { rewriteOn } from '../support/db-faults';
 import { expectTyped, stepRows } from '../support/ledger';
 import { createGroupTask, effectSnapshot, expectRecordedInOneClaim, loadStep, LEDGER_KINDS } from './support';
@@ -202,6 +202,20 @@ describe('ledger-only steps of one operation in one transaction', () => {
       expect(calls).toBeLessThanOrEqual(ROUND_TRIPS[t.db.dialect]);
     },
   );
+
+  it("reads the session it inserted once: the launch intent's world takes the read-back's answer (ADR 0044)", async () => {
+    const s = await setup();
+    const sent = sentStatements(t.db);
+    const { results, phaseA } = await s.batch('session_prepare', 'w1', KINDS, true);
+    vi.restoreAllMocks();
+    expect(results.map((d) => d.outcome.state)).toEqual(['succeeded', 'succeeded', 'armed']);
+    expect(phaseA).toBe('completing');
+    const sessionReads = sent.filter((text) => /\bFROM task_sessions WHERE id = /.test(text));
+    const plain = sessionReads.filter((text) => !/FOR (SHARE|UPDATE)|LOCK IN SHARE MODE/.test(text));
+    // The union's lock (which read the row absent, before its insert), then the read-back after the insert.
+    expect(sessionReads.length - plain.length).toBe(1);
+    expect(plain).toHaveLength(1);
+  });
 
   // Phase A verifies the step rows as the batch wrote them while it re-reads the stored ones (one round trip);
   // that verification stands only when the two agree, so what is verified is always what is stored.

@@ -7,6 +7,7 @@
 import mysql from 'mysql2';
 import pg from 'pg';
 import { vi } from 'vitest';
+import { preparedTextOf } from '../../src/db/prepared-texts';
 import type { Db } from '../../src/db/tx';
 
 function textOf(q: unknown): string {
@@ -39,4 +40,30 @@ export function countRoundTrips(db: Db, marker?: string): { readonly calls: numb
     return original.apply(this, args);
   });
   return seen;
+}
+
+/** Batch texts that are not a caller's statement: the prepares and transaction control around them. */
+const NOT_A_STATEMENT = /^(PREPARE|DEALLOCATE|START|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|SET)\b/i;
+
+/**
+ * Starts keeping every statement sent from now on, each as its caller wrote it: a batch's texts one by one
+ * (src/db/batch.ts joins them with `;\n`), a prepared statement's `EXECUTE tl_<n>` resolved to the text it runs
+ * (`preparedTextOf`), the prepares and transaction control left out. Undo with `vi.restoreAllMocks()`.
+ */
+export function sentStatements(db: Db): string[] {
+  const sent: string[] = [];
+  const proto = (db.dialect === 'postgres' ? pg.Client.prototype : mysql.Connection.prototype) as unknown as {
+    query: (...args: unknown[]) => unknown;
+  };
+  const original = proto.query;
+  vi.spyOn(proto, 'query').mockImplementation(function (this: unknown, ...args: unknown[]) {
+    for (const part of textOf(args[0]).split(';\n')) {
+      const text = part.trim();
+      if (text === '' || NOT_A_STATEMENT.test(text)) continue;
+      const name = /^EXECUTE (tl_\w+)/.exec(text)?.[1];
+      sent.push(name === undefined ? text : (preparedTextOf(name) ?? text));
+    }
+    return original.apply(this, args);
+  });
+  return sent;
 }

@@ -153,8 +153,12 @@ export async function armExactLaunchIntentLocked(
       operation_id: claim.operationId,
     });
   }
-  // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
-  const [, w] = await Promise.all([takeLocks(tx, lockNeeds(owner, req)), readWorld(txReader(tx), owner, req)]);
+  // Locks first, then the reads, in one round trip (Tx.batch keeps issue order). In a batch that keeps its answers
+  // (phase A follows, ADR 0030) a read this transaction already answered since its last write to the table — the
+  // session's read-back by `session_prepare`, a row it inserted and holds — is answered from there (ADR 0044).
+  const [, w] = await tx.answerFromKept(() =>
+    Promise.all([takeLocks(tx, lockNeeds(owner, req)), readWorld(txReader(tx), owner, req)]),
+  );
   if (w.dispatch || w.runtime || w.sessionStarted) {
     return failWithRowsLocked(
       tx,
