@@ -31,10 +31,13 @@ function labelsOf(text) {
   return text
     .split(/;\s*(?=START|COMMIT|ROLLBACK|PREPARE|EXECUTE|SELECT|INSERT|UPDATE|DELETE|WITH|SAVEPOINT|RELEASE)/)
     .map((statement) => {
-      const prepare = /^\s*PREPARE (\w+) AS ([\s\S]*)$/.exec(statement);
+      // PostgreSQL: PREPARE name AS text; MariaDB: PREPARE name FROM 'text' (the driver's escaped literal).
+      const prepare =
+        /^\s*PREPARE (\w+) AS ([\s\S]*)$/.exec(statement) ?? /^\s*PREPARE (\w+) FROM '([\s\S]*)'$/.exec(statement);
       if (prepare) {
-        prepared.set(prepare[1], short(prepare[2]));
-        return `P ${short(prepare[2])}`;
+        const text = prepare[2].replace(/\\(.)/g, '$1');
+        prepared.set(prepare[1], short(text));
+        return `P ${short(text)}`;
       }
       const execute = /^\s*EXECUTE (\w+)/.exec(statement);
       if (execute) return prepared.get(execute[1]) ?? execute[1];
