@@ -482,11 +482,8 @@ export class Tx {
       for (const s of statements) out.push(await queryOne(this.qr, this.dialect, s));
       return out;
     }
-    // MySQL: one statement goes as a parameterized query; PostgreSQL sends it as a batch of one, so that a
-    // statement that recurs runs prepared (src/db/pg-prepared.ts).
-    if (!begin && statements.length === 1 && this.dialect === 'mysql') {
-      return [await queryOne(this.qr, this.dialect, statements[0] as Statement)];
-    }
+    // One statement goes as a batch of one too, so that a statement that recurs runs prepared
+    // (src/db/pg-prepared.ts, src/db/mysql-prepared.ts).
     return sendBatch(this.qr, this.dialect, statements, { begin });
   }
 
@@ -620,7 +617,15 @@ export async function ensureSession(qr: QueryRunner, dialect: Dialect): Promise<
   if (dialect !== 'mysql') return;
   const conn = (qr as unknown as { databaseConnection?: object }).databaseConnection;
   if (!conn || utcSessions.has(conn)) return;
-  await qr.query("SET time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  await sendBatch(
+    qr,
+    dialect,
+    [
+      { sql: "SET time_zone = '+00:00'", params: [] },
+      { sql: 'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED', params: [] },
+    ],
+    { begin: false },
+  );
   utcSessions.add(conn);
 }
 
@@ -702,7 +707,7 @@ async function commitChecked(
 
 async function commit(qr: QueryRunner, dialect: Dialect): Promise<void> {
   if (dialect !== 'postgres') {
-    await qr.query('COMMIT');
+    await sendBatch(qr, dialect, [{ sql: 'COMMIT', params: [] }], { begin: false });
     return;
   }
   const conn = (await qr.connect()) as { query(sql: string): Promise<{ command?: string }> };
@@ -924,7 +929,8 @@ async function withLostRetry<T>(read: () => Promise<T>): Promise<T> {
  * (`preparedRestart`: nothing ran) is tried once more.
  */
 async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: SqlParam[]): Promise<StatementResult> {
-  if (dialect === 'postgres' && inlinable(params)) {
+  // MySQL fills any value on the client; PostgreSQL only those it can inline as literals.
+  if (dialect === 'mysql' || inlinable(params)) {
     try {
       return (await sendBatch(qr, dialect, [{ sql, params }], { begin: false }))[0] as StatementResult;
     } catch (err) {

@@ -8,9 +8,10 @@
  * order, all or nothing, and nothing may follow them.
  */
 import { randomUUID } from 'node:crypto';
+import mysql from 'mysql2';
 import { describe, expect, it, vi } from 'vitest';
 import { inlinePgParams } from '../../src/db/batch';
-import { runTransaction, statementsIssued, type Tx } from '../../src/db/tx';
+import { readRows, runTransaction, statementsIssued, type Tx } from '../../src/db/tx';
 import { countRoundTrips } from '../support/round-trips';
 import { sql, useTestDb } from '../support/db';
 
@@ -84,6 +85,26 @@ describe('statement batches', () => {
       ]),
     );
     expect(new Date(row!.created_at).toISOString()).toBe(when.toISOString());
+  });
+
+  it("sends MySQL statements through the driver's callback API, never its promise wrapper (a stack trace per call)", async () => {
+    const wrapped = vi.spyOn(mysql.PoolConnection.prototype as unknown as { promise(): unknown }, 'promise');
+    const id = randomUUID();
+    const seen = await runTransaction(t.db, 'BatchCallback', async (tx) => {
+      // A batch that opens the transaction, then a statement alone, then COMMIT alone.
+      await Promise.all([
+        insertWorkspace(tx, id, 'called back'),
+        tx.rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [id]),
+      ]);
+      return tx.rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [id]);
+    });
+    // And a read alone, outside any transaction.
+    const [alone] = await readRows<{ name: string }>(t.db, 'SELECT name FROM workspaces WHERE id = ?', [id]);
+    const calls = wrapped.mock.calls.length;
+    vi.restoreAllMocks();
+    expect(seen).toEqual([{ name: 'called back' }]);
+    expect(alone).toEqual({ name: 'called back' });
+    expect(calls).toBe(0);
   });
 
   it('fails the whole transaction when one statement of a batch fails: nothing commits', async () => {

@@ -322,7 +322,7 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
   it('a fence sent alone, after the transaction began, counts the rows it answered too', async () => {
     const guard = randomUUID();
     await runTransaction(t.db, 'FenceSetup4', (tx) => insertWorkspace(tx, guard, 'guard'));
-    // Its own round trip (a statement alone in a begun transaction: MySQL sends it as a parameterized query).
+    // Its own round trip (a statement alone in a begun transaction: a batch of one, on either dialect).
     const alone = (n: number) =>
       runTransaction(t.db, 'FenceAlone', async (tx) => {
         await tx.rows('SELECT 1 AS one');
