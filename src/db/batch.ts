@@ -22,8 +22,9 @@
  * connection (src/db/pg-prepared.ts): the server skips parsing and planning.
  * On MariaDB likewise (src/db/mysql-prepared.ts: `EXECUTE ... USING` with the
  * values the driver fills in; the server skips parsing). A MySQL statement
- * alone, and COMMIT or a session's settings, go the same way (a batch of one):
- * through mysql2's callback API, never its promise wrapper (ADR 0044).
+ * alone, and COMMIT or a session's settings, go the same way, as a batch of one
+ * sent as it is (`prepare: false`): through mysql2's callback API, never its
+ * promise wrapper (ADR 0045).
  */
 import type pg from 'pg';
 import { QueryFailedError, type QueryRunner } from 'typeorm';
@@ -75,7 +76,8 @@ export async function sendBatch(
   qr: QueryRunner,
   dialect: Dialect,
   statements: readonly Statement[],
-  options: { begin: boolean },
+  /** `prepare: false` sends MySQL statements as they are, never as `EXECUTE` (a statement alone: ADR 0045). */
+  options: { begin: boolean; prepare?: boolean },
 ): Promise<StatementResult[]> {
   const conn = (await qr.connect()) as object;
   const begin = options.begin ? [BEGIN] : [];
@@ -90,7 +92,10 @@ export async function sendBatch(
     texts = [...lead, ...pgTexts.body];
   } else {
     // The driver fills every `?` of the whole text in order: the PREPAREs' texts first, then the body's values.
-    const my = mysqlBatchTexts(conn, statements);
+    const my =
+      options.prepare === false
+        ? { lead: [], body: statements, settle: () => undefined }
+        : mysqlBatchTexts(conn, statements);
     prepared = my;
     lead = [...begin, ...my.lead.map((s) => s.sql)];
     texts = [...lead, ...my.body.map((s) => s.sql)];

@@ -482,9 +482,10 @@ export class Tx {
       for (const s of statements) out.push(await queryOne(this.qr, this.dialect, s));
       return out;
     }
-    // One statement goes as a batch of one too, so that a statement that recurs runs prepared
-    // (src/db/pg-prepared.ts, src/db/mysql-prepared.ts).
-    return sendBatch(this.qr, this.dialect, statements, { begin });
+    // One statement goes as a batch of one too: on PostgreSQL so that a statement that recurs runs prepared
+    // (src/db/pg-prepared.ts); on MySQL as it is, as a parameterized query went before (ADR 0045).
+    const alone = !begin && statements.length === 1 && this.dialect === 'mysql';
+    return sendBatch(this.qr, this.dialect, statements, { begin, prepare: !alone });
   }
 
   /** The database clock (ms precision). */
@@ -929,8 +930,10 @@ async function withLostRetry<T>(read: () => Promise<T>): Promise<T> {
  * (`preparedRestart`: nothing ran) is tried once more.
  */
 async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: SqlParam[]): Promise<StatementResult> {
-  // MySQL fills any value on the client; PostgreSQL only those it can inline as literals.
-  if (dialect === 'mysql' || inlinable(params)) {
+  // MySQL: as it is, through the driver's callback API (ADR 0045); it fills any value on the client.
+  if (dialect === 'mysql')
+    return (await sendBatch(qr, dialect, [{ sql, params }], { begin: false, prepare: false }))[0] as StatementResult;
+  if (inlinable(params)) {
     try {
       return (await sendBatch(qr, dialect, [{ sql, params }], { begin: false }))[0] as StatementResult;
     } catch (err) {
