@@ -944,7 +944,10 @@ async function runAlone(qr: QueryRunner, dialect: Dialect, sql: string, params: 
   return queryOne(qr, dialect, { sql, params });
 }
 
-/** One parameterized statement through TypeORM (extended protocol on PostgreSQL): its rows and affected count. */
+/**
+ * One parameterized statement through TypeORM (PostgreSQL's extended protocol, for values it cannot inline; MySQL's
+ * go through `sendBatch`, ADR 0045): its rows and affected count.
+ */
 async function queryOne(qr: QueryRunner, dialect: Dialect, s: Statement): Promise<StatementResult> {
   const res = await qr.query(toDialectSql(dialect, s.sql), [...s.params], true);
   const rows = (res.records ?? []) as Record<string, unknown>[];

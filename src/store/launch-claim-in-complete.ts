@@ -9,9 +9,9 @@
  * under this worker's lease; the session `prepared -> starting` (a
  * compare-and-set, `Tx.expect`); the task's WIP slot (`wip_admitted`), given in
  * the UPDATE that completes the task (`admitsTask`: one write of the task row,
- * not two); and the launch spec read. Nothing is started before that COMMIT: the confirmation
- * right before the start, the start and the record follow it exactly as after a
- * claim of its own, and a worker that dies in between leaves a `running` claim
+ * not two); and the launch spec read. Nothing is started before that COMMIT:
+ * the confirmation right before the start, the start and the record follow it
+ * exactly as after a claim of its own, and a worker that dies in between leaves a `running` claim
  * whose lease runs out, which dispatch recovery observes as it does any other.
  *
  * Taken only where `claimLaunchDispatch` could answer nothing else: start
