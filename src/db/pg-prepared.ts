@@ -30,7 +30,7 @@
  * PgBouncer cannot keep a session's prepared statements).
  */
 import { toDialectSql, type DriverError } from './dialect';
-import { inlinePgParams, type SqlParam, type Statement } from './statement';
+import { inlinePgParams, pgLiteralList, type Statement } from './statement';
 import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor, settleWith } from './prepared-texts';
 
 /** Errors that say the server could not prepare a text as written (parameter types it cannot infer). */
@@ -52,10 +52,6 @@ function connState(conn: object): ConnState {
     connections.set(conn, s);
   }
   return s;
-}
-
-function literalList(params: readonly SqlParam[]): string {
-  return params.length === 0 ? '' : inlinePgParams(`(${params.map(() => '?').join(', ')})`, params);
 }
 
 export interface PgBatchTexts {
@@ -89,7 +85,7 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
         lead.push(`PREPARE ${name} AS ${toDialectSql('postgres', s.sql)}`);
       }
     }
-    return `EXECUTE ${name}${literalList(s.params)}`;
+    return `EXECUTE ${name}${pgLiteralList(s.params)}`;
   });
   const reset = lead.length > 0;
   return {

@@ -89,12 +89,11 @@ export function orderLocks(needs: readonly LockNeed[]): LockNeed[] {
       kept.reads === undefined && sameRow && other.reads !== undefined ? { ...kept, reads: other.reads } : kept,
     );
   }
-  return [...seen.values()].sort((a, b) => {
-    if (a.tier !== b.tier) return a.tier - b.tier;
-    const ka = planKey(a);
-    const kb = planKey(b);
-    return ka < kb ? -1 : ka > kb ? 1 : 0;
-  });
+  // Each need's key built once, not once per comparison.
+  return [...seen.values()]
+    .map((n) => ({ n, key: planKey(n) }))
+    .sort((a, b) => (a.n.tier !== b.n.tier ? a.n.tier - b.n.tier : a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+    .map((e) => e.n);
 }
 
 /** The locking SELECTs run in one round trip, in the order above (the server takes them in list order). */
