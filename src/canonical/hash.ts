@@ -19,10 +19,10 @@
  *   || parts joined by 0x00) (companion notes §1); `advisoryLockId(digest)` is
  *   its first 8 bytes as a signed big-endian int64, for `pg_advisory_xact_lock`.
  */
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { ValidationError } from '../domain/errors';
 import type { StepKind } from '../domain/vocab';
-import { canonicalBytes, canonicalJson } from './canonical-json';
+import { canonicalJson } from './canonical-json';
 import type {
   ActorBindingDocument,
   CompensationProof,
@@ -50,11 +50,22 @@ export type LockKeyDomain = (typeof LOCK_KEY_DOMAINS)[number];
 const NUL = Buffer.from([0]);
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/;
 
-function domainPrefix(domain: string): Buffer {
+/** `domain` and the NUL after it, as text; checked once per domain (the protocol names a dozen). */
+const prefixes = new Map<string, string>();
+
+function domainPrefixText(domain: string): string {
+  const known = prefixes.get(domain);
+  if (known !== undefined) return known;
   if (typeof domain !== 'string' || !PRINTABLE_ASCII.test(domain)) {
     throw new ValidationError('domain', 'hash domain must be non-empty printable ASCII', 'invalid_document');
   }
-  return Buffer.concat([Buffer.from(domain, 'ascii'), NUL]);
+  const prefix = `${domain}\u0000`;
+  if (prefixes.size < 64) prefixes.set(domain, prefix);
+  return prefix;
+}
+
+function domainPrefix(domain: string): Buffer {
+  return Buffer.from(domainPrefixText(domain), 'ascii');
 }
 
 function joinNul(parts: readonly string[], what: string): Buffer {
@@ -72,8 +83,12 @@ function joinNul(parts: readonly string[], what: string): Buffer {
 
 /** Lowercase hex SHA-256(ASCII(domain) || 0x00 || bytes). */
 export function domainHash(domain: string, bytes: Buffer | string): Sha256Hex {
-  const body = typeof bytes === 'string' ? Buffer.from(bytes, 'utf8') : bytes;
-  return createHash('sha256').update(domainPrefix(domain)).update(body).digest('hex');
+  // One-shot `crypto.hash` over one input: half the cost of a Hash object fed twice for a row document. A string is
+  // hashed as UTF-8, the prefix is ASCII, so the bytes are the contract's.
+  const prefix = domainPrefixText(domain);
+  return typeof bytes === 'string'
+    ? hash('sha256', prefix + bytes, 'hex')
+    : hash('sha256', Buffer.concat([Buffer.from(prefix, 'ascii'), bytes]), 'hex');
 }
 
 /** A document's RFC 8785 text and its hash under a domain. */
@@ -94,47 +109,47 @@ export function hashedDocument(domain: string, value: unknown): HashedDocument {
 
 /** ManifestHash: the CreationPlan under `kandev/task-creation-plan/v1`. */
 export function manifestHash(plan: CreationPlan): Sha256Hex {
-  return domainHash(PLAN_DOMAIN, canonicalBytes(plan));
+  return domainHash(PLAN_DOMAIN, canonicalJson(plan));
 }
 
 /** ActorBindingHash: the ActorBindingDocument under `kandev/task-creation-actor/v1`. */
 export function actorBindingHash(doc: ActorBindingDocument): Sha256Hex {
-  return domainHash(ACTOR_DOMAIN, canonicalBytes(doc));
+  return domainHash(ACTOR_DOMAIN, canonicalJson(doc));
 }
 
 /** `request_sha256` of one step's complete request object. */
 export function stepRequestHash(request: StepRequest): Sha256Hex {
-  return domainHash(STEP_REQUEST_DOMAIN, canonicalBytes(request));
+  return domainHash(STEP_REQUEST_DOMAIN, canonicalJson(request));
 }
 
 /** `evidence_sha256` of a StepEvidence envelope. */
 export function evidenceHash(evidence: StepEvidence): Sha256Hex {
-  return domainHash(STEP_EVIDENCE_DOMAIN, canonicalBytes(evidence));
+  return domainHash(STEP_EVIDENCE_DOMAIN, canonicalJson(evidence));
 }
 
 /** `CreationPlan.request_sha256`: the validated, normalized create request. */
 export function createRequestHash(validatedRequest: unknown): Sha256Hex {
-  return domainHash(CREATE_REQUEST_DOMAIN, canonicalBytes(validatedRequest));
+  return domainHash(CREATE_REQUEST_DOMAIN, canonicalJson(validatedRequest));
 }
 
 /** `row_sha256` of a row document (plain JSON: timestamps as strings, never Date). */
 export function rowHash(rowDocument: unknown): Sha256Hex {
-  return domainHash(ROW_DOMAIN, canonicalBytes(rowDocument));
+  return domainHash(ROW_DOMAIN, canonicalJson(rowDocument));
 }
 
 /** `compensation_evidence_sha256` of a CompensationProof. */
 export function compensationProofHash(proof: CompensationProof): Sha256Hex {
-  return domainHash(COMPENSATION_DOMAIN, canonicalBytes(proof));
+  return domainHash(COMPENSATION_DOMAIN, canonicalJson(proof));
 }
 
 /** `task_resource_cleanup_jobs.proof_sha256` of a cleanup proof document. */
 export function cleanupProofHash(proof: unknown): Sha256Hex {
-  return domainHash(CLEANUP_PROOF_DOMAIN, canonicalBytes(proof));
+  return domainHash(CLEANUP_PROOF_DOMAIN, canonicalJson(proof));
 }
 
 /** `event_outbox.payload_sha256` of an event payload. */
 export function payloadHash(payload: unknown): Sha256Hex {
-  return domainHash(OUTBOX_PAYLOAD_DOMAIN, canonicalBytes(payload));
+  return domainHash(OUTBOX_PAYLOAD_DOMAIN, canonicalJson(payload));
 }
 
 /** Deterministic step idempotency key (stored in `task_creation_steps.idempotency_key`). */

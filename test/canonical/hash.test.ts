@@ -74,6 +74,14 @@ describe('domainHash', () => {
     expect(domainHash('d', '')).toBe(sha256Hex(ascii('d'), NUL));
   });
 
+  it('hashes a string as its UTF-8 bytes, the same as the Buffer of them', () => {
+    for (const text of ['é', '漢字 ✓ 😀', '{"k":"\u0000"}', 'a\u0000b']) {
+      const bytes = Buffer.from(text, 'utf8');
+      expect(domainHash(ROW_DOMAIN, text)).toBe(sha256Hex(ascii(ROW_DOMAIN), NUL, bytes));
+      expect(domainHash(ROW_DOMAIN, bytes)).toBe(domainHash(ROW_DOMAIN, text));
+    }
+  });
+
   it('separates domains: the same bytes under another domain hash differently', () => {
     expect(domainHash(PLAN_DOMAIN, '{}')).not.toBe(domainHash(ACTOR_DOMAIN, '{}'));
     expect(domainHash('ab', 'c')).not.toBe(domainHash('a', 'bc'));
@@ -83,6 +91,8 @@ describe('domainHash', () => {
     expectInvalid(() => domainHash('', 'x'), 'domain');
     expectInvalid(() => domainHash('é', 'x'), 'domain');
     expectInvalid(() => domainHash('a\u0000b', 'x'), 'domain');
+    // Checked on every call, not only a domain's first.
+    expectInvalid(() => domainHash('é', 'x'), 'domain');
   });
 });
 
