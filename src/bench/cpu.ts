@@ -15,14 +15,18 @@ export function processCpuMs(pid: number): number | null {
   return processCpu(pid)?.self ?? null;
 }
 
-/** utime + stime (`self`) and the CPU of its reaped children (`children`: Git, agents), in ms. */
-export function processCpu(pid: number): { self: number; children: number } | null {
+/**
+ * utime + stime (`self`), stime alone (`kernel`: system calls, the loopback network stack, page faults) and the
+ * CPU of its reaped children (`children`: Git, agents), in ms.
+ */
+export function processCpu(pid: number): { self: number; kernel: number; children: number } | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // The command name (field 2) may contain spaces; the fields after it start at the last ')'.
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return {
       self: (Number(f[11]) + Number(f[12])) * MS_PER_TICK,
+      kernel: Number(f[12]) * MS_PER_TICK,
       children: (Number(f[13]) + Number(f[14])) * MS_PER_TICK,
     };
   } catch {
@@ -94,6 +98,8 @@ export const REDIS_PROCESS_NAMES = ['redis-server'];
 export interface CpuSnapshot {
   machine: { busy: number; total: number } | null;
   perPid: Map<number, number>;
+  /** The part of `perPid` spent in the kernel (stime), by PID. */
+  kernelPerPid: Map<number, number>;
   /** CPU of each process's reaped children (Git, agents), by PID. */
   children: Map<number, number>;
   /** Live children of the given processes (agent spawner helpers): their own CPU plus their reaped children's. */
@@ -106,6 +112,7 @@ export interface CpuSnapshot {
 
 export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
   const perPid = new Map<number, number>();
+  const kernelPerPid = new Map<number, number>();
   const children = new Map<number, number>();
   const database = pidsNamed(DATABASE_PROCESS_NAMES);
   const redis = pidsNamed(REDIS_PROCESS_NAMES);
@@ -113,6 +120,7 @@ export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
     const cpu = processCpu(pid);
     if (cpu === null) continue;
     perPid.set(pid, cpu.self);
+    kernelPerPid.set(pid, cpu.kernel);
     children.set(pid, cpu.children);
   }
   const helpers = new Map<number, number>();
@@ -121,7 +129,16 @@ export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
     if (cpu !== null) helpers.set(pid, cpu.self + cpu.children);
   }
   const u = process.cpuUsage();
-  return { machine: machineCpuMs(), perPid, children, helpers, database, redis, bench: (u.user + u.system) / 1000 };
+  return {
+    machine: machineCpuMs(),
+    perPid,
+    kernelPerPid,
+    children,
+    helpers,
+    database,
+    redis,
+    bench: (u.user + u.system) / 1000,
+  };
 }
 
 /**
@@ -131,15 +148,15 @@ export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
  */
 export function trackCpu(pids: readonly number[], everyMs = 500): { before: CpuSnapshot; finish(): CpuSnapshot } {
   const before = snapshotCpu(pids);
-  const lastSeen = new Map<number, { kind: 'database' | 'redis'; cpu: number }>();
+  const lastSeen = new Map<number, { kind: 'database' | 'redis'; cpu: number; kernel: number }>();
   const tick = () => {
     for (const [kind, names] of [
       ['database', DATABASE_PROCESS_NAMES],
       ['redis', REDIS_PROCESS_NAMES],
     ] as const) {
       for (const pid of pidsNamed(names)) {
-        const cpu = processCpuMs(pid);
-        if (cpu !== null) lastSeen.set(pid, { kind, cpu });
+        const cpu = processCpu(pid);
+        if (cpu !== null) lastSeen.set(pid, { kind, cpu: cpu.self, kernel: cpu.kernel });
       }
     }
   };
@@ -153,6 +170,7 @@ export function trackCpu(pids: readonly number[], everyMs = 500): { before: CpuS
       for (const [pid, seen] of lastSeen) {
         if (after.perPid.has(pid)) continue;
         after.perPid.set(pid, seen.cpu);
+        after.kernelPerPid.set(pid, seen.kernel);
         after[seen.kind].push(pid);
       }
       return after;
@@ -173,6 +191,11 @@ export interface CpuBreakdown {
   other: number;
   /** Share of the machine's CPU time that was busy during the run. */
   machineBusy: number;
+  /**
+   * The part of `api`, `workers` and `database` spent in the kernel (stime). A CPU profile counts a process
+   * preempted inside a socket write as time in that write; this says how much of its CPU the kernel really took.
+   */
+  kernel: { api: number; workers: number; database: number };
 }
 
 /**
@@ -187,8 +210,10 @@ export function cpuPerCreation(
   creations: number,
 ): CpuBreakdown | null {
   if (!before.machine || !after.machine || creations <= 0) return null;
-  const delta = (pid: number) => Math.max(0, (after.perPid.get(pid) ?? 0) - (before.perPid.get(pid) ?? 0));
-  const sum = (pids: readonly number[]) => pids.reduce((a, p) => a + delta(p), 0);
+  const delta = (pid: number, of: 'perPid' | 'kernelPerPid' = 'perPid') =>
+    Math.max(0, (after[of].get(pid) ?? 0) - (before[of].get(pid) ?? 0));
+  const sum = (pids: readonly number[], of: 'perPid' | 'kernelPerPid' = 'perPid') =>
+    pids.reduce((a, p) => a + delta(p, of), 0);
   const db = after.database;
   const redis = after.redis;
   const api = sum(groups.api);
@@ -214,5 +239,10 @@ export function cpuPerCreation(
     bench: bench / creations,
     other: Math.max(0, busy - api - workers - subprocesses - database - redisMs - bench) / creations,
     machineBusy: total > 0 ? busy / total : 0,
+    kernel: {
+      api: sum(groups.api, 'kernelPerPid') / creations,
+      workers: sum(groups.workers, 'kernelPerPid') / creations,
+      database: sum(db, 'kernelPerPid') / creations,
+    },
   };
 }

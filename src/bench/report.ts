@@ -98,6 +98,7 @@ export function renderDialect(r: DialectResult): string {
       const c = s.cpu;
       lines.push(
         `    CPU ms per creation: API ${fmt(c.api)}, workers ${fmt(c.workers)}, their Git and agent subprocesses ${fmt(c.subprocesses)}, database ${fmt(c.database)}, Redis ${fmt(c.redis)}, bench ${fmt(c.bench)}, other ${fmt(c.other)} (machine ${fmt(c.machineBusy * 100, 0)}% busy)`,
+        `      of which in the kernel: API ${fmt(c.kernel.api)}, workers ${fmt(c.kernel.workers)}, database ${fmt(c.kernel.database)}`,
       );
     }
     lines.push(`    API process RSS ${s.apiRssMb} MB`);

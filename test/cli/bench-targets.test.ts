@@ -22,6 +22,7 @@ const cpu = (database: number): CpuBreakdown => ({
   bench: 3,
   other: 1,
   machineBusy: 0.95,
+  kernel: { api: 1, workers: 3, database: database / 4 },
 });
 
 function paced(rate: number, p99: number): PacedResult {

@@ -86,6 +86,12 @@ describe('taskledger bench', () => {
         expect(Number.isFinite(v)).toBe(true);
       }
       expect(s.maxWorkerRssMb).toBeGreaterThan(0);
+      // The kernel's part of each process class's CPU: a part of it, never more.
+      const c = s.cpu!;
+      for (const k of ['api', 'workers', 'database'] as const) {
+        expect(c.kernel[k]).toBeGreaterThanOrEqual(0);
+        expect(c.kernel[k]).toBeLessThanOrEqual(c[k]);
+      }
     }
     const [db, git] = d.shapes;
     expect(db!.ceilingShare).toBeGreaterThan(0);
@@ -128,7 +134,16 @@ describe('taskledger bench', () => {
     expect(text).toContain(`scratch ${options.scratch}`);
     expect(d.fleetWarmup).toBe(2);
     expect(text).toContain('fleet warmed up with 2 db creations');
-    for (const word of ['creations/s', 'p99 ms', 'ceiling', 'targets:', 'peer', 'git baseline', config.dialect])
+    for (const word of [
+      'creations/s',
+      'p99 ms',
+      'ceiling',
+      'targets:',
+      'peer',
+      'git baseline',
+      'in the kernel',
+      config.dialect,
+    ])
       expect(text).toContain(word);
   }, 120_000);
 });
