@@ -16,16 +16,21 @@
  * branch into an error at plan time.
  *
  * MySQL/MariaDB (no statement fails on a row count outside a stored program,
- * ADR 0022): `checkedStatementsMysql(stmt, affected, index)` is the write
- * followed by a SELECT that overflows BIGINT UNSIGNED (error 1690) when
- * `ROW_COUNT()` — the write's affected rows, as the driver counts them — is
- * not `affected`; the server stops the multi-statement there, COMMIT
- * included. A SELECT is checked in one statement (ADR 0044): the same
- * overflow over `COUNT(*)` of it as a derived table, whose locking clause, if
- * any, locks the rows it reads as the SELECT alone would. The error text
- * quotes the expression, whose literal names the statement's index (the count
- * itself is not in it: reported as NaN). `checkedStatementCount` says how
- * many statements stand for one checked statement.
+ * ADR 0022): a write is followed by a SELECT that overflows BIGINT UNSIGNED
+ * (error 1690) when `ROW_COUNT()` — the write's affected rows, as the driver
+ * counts them — is not `affected`; the server stops the multi-statement
+ * there, COMMIT included. A SELECT is checked in one statement (ADR 0044):
+ * the same overflow over `COUNT(*)` of it as a derived table, whose locking
+ * clause, if any, locks the rows it reads as the SELECT alone would. A
+ * write's check right before a checked SELECT is a column of that SELECT's
+ * statement, before the SELECT's own (ADR 0046): `ROW_COUNT()` there is still
+ * the write's, and each column's overflow names its own statement. The error
+ * text quotes the failing expression, whose literal names the statement's
+ * index (the count itself is not in it: reported as NaN).
+ *
+ * `checkedStatements(dialect, unsent)` is what stands for a transaction's
+ * unsent statements in the COMMIT's round trip (a plain one as it is), and
+ * how many of those statements stand for each.
  */
 import type { Dialect } from './config';
 import type { Statement } from './statement';
@@ -42,17 +47,52 @@ export function checkedSql(sql: string, affected: number, index: number): string
   );
 }
 
-export function checkedStatementsMysql(stmt: Statement, affected: number, index: number): Statement[] {
-  const fails = (count: string) => `~0 + (${count} <> ${affected} AND '${MARK}${index}' <> '')`;
-  if (isSelect(stmt.sql)) {
-    return [{ sql: `SELECT ${fails('COUNT(*)')} AS ok FROM (${stmt.sql.trimEnd()}) AS checked`, params: stmt.params }];
-  }
-  return [stmt, { sql: `SELECT ${fails('ROW_COUNT()')} AS ok`, params: [] }];
+/** One unsent statement: `affected` set for a checked one (a compare-and-set or a fence), unset for a plain one. */
+export interface UnsentStatement {
+  stmt: Statement;
+  affected?: number;
 }
 
-/** The statements that stand for one checked statement: one on PostgreSQL and for a MySQL SELECT, else two. */
-export function checkedStatementCount(dialect: Dialect, sql: string): number {
-  return dialect === 'postgres' || isSelect(sql) ? 1 : 2;
+const fails = (count: string, affected: number, index: number) =>
+  `~0 + (${count} <> ${affected} AND '${MARK}${index}' <> '')`;
+
+export function checkedStatements(
+  dialect: Dialect,
+  unsent: readonly UnsentStatement[],
+): { statements: Statement[]; counts: number[] } {
+  const statements: Statement[] = [];
+  const counts: number[] = [];
+  for (let i = 0; i < unsent.length; i++) {
+    const { stmt, affected } = unsent[i]!;
+    if (affected === undefined) {
+      statements.push(stmt);
+      counts.push(1);
+    } else if (dialect === 'postgres') {
+      statements.push({ sql: checkedSql(stmt.sql, affected, i), params: stmt.params });
+      counts.push(1);
+    } else if (isSelect(stmt.sql)) {
+      statements.push(mysqlFence(stmt, fails('COUNT(*)', affected, i)));
+      counts.push(1);
+    } else {
+      const rowCount = fails('ROW_COUNT()', affected, i);
+      const next = unsent[i + 1];
+      statements.push(stmt);
+      if (next?.affected !== undefined && isSelect(next.stmt.sql)) {
+        statements.push(mysqlFence(next.stmt, `${rowCount} AS written, ${fails('COUNT(*)', next.affected, i + 1)}`));
+        counts.push(1, 1);
+        i++;
+      } else {
+        statements.push({ sql: `SELECT ${rowCount} AS ok`, params: [] });
+        counts.push(2);
+      }
+    }
+  }
+  return { statements, counts };
+}
+
+/** The MySQL fence: `columns` (ending in the SELECT's own count check) over the SELECT as a derived table. */
+function mysqlFence(stmt: Statement, columns: string): Statement {
+  return { sql: `SELECT ${columns} AS ok FROM (${stmt.sql.trimEnd()}) AS checked`, params: stmt.params };
 }
 
 export function checkedFailure(err: unknown): { index: number; affected: number } | null {

@@ -36,7 +36,7 @@ import {
 } from './dialect';
 import { LockPlan, TIER, type Tier } from './lock-plan';
 import { inlinable, sendBatch, type SqlParam, type Statement, type StatementResult } from './batch';
-import { checkedFailure, checkedSql, checkedStatementCount, checkedStatementsMysql } from './checked-commit';
+import { checkedFailure, checkedStatements } from './checked-commit';
 import { EarlyReads, isPlainRead, KeptAnswers } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
@@ -664,14 +664,6 @@ async function commitFinals(
   return results.slice(0, finals.length);
 }
 
-/** The statements that stand for `unsent[i]` in the COMMIT's round trip: a check's made to fail on a wrong count. */
-function unsentStatements(dialect: Dialect, u: Pending, i: number): Statement[] {
-  if (u.check === undefined) return [u.stmt];
-  return dialect === 'postgres'
-    ? [{ sql: checkedSql(u.stmt.sql, u.check.affected, i), params: u.stmt.params }]
-    : checkedStatementsMysql(u.stmt, u.check.affected, i);
-}
-
 /**
  * `commitFinals`, settling the statements the body left unsent that went with it (`Tx.takeUnsent`): an
  * expected write's or fence's wrong count is reported as its own mismatch; a plain statement gets its result.
@@ -682,6 +674,8 @@ async function commitChecked(
   finals: readonly Statement[],
   begin: boolean,
   unsent: readonly Pending[],
+  /** How many of `finals`' first statements stand for each of `unsent` (`checkedStatements`). */
+  counts: readonly number[],
 ): Promise<StatementResult[]> {
   let results: StatementResult[];
   try {
@@ -697,12 +691,11 @@ async function commitChecked(
     throw err;
   }
   let at = 0;
-  for (const u of unsent) {
+  unsent.forEach((u, i) => {
     if (u.check) u.resolve({ rows: [], affected: u.check.affected });
     else u.resolve(results[at] as StatementResult);
-    // One statement per check on PostgreSQL and per fence, the write and its check on MySQL; one per plain statement.
-    at += u.check ? checkedStatementCount(dialect, u.stmt.sql) : 1;
-  }
+    at += counts[i] ?? 1;
+  });
   return results.slice(at);
 }
 
@@ -748,11 +741,15 @@ export async function runTransaction<T>(
       const unsent = !tx.isRollbackOnly ? tx.takeUnsent() : [];
       await tx.expectations.settle(new Set(unsent.flatMap((u) => (u.check ? [u.check] : []))));
       await tx.close();
-      const finals = [...unsent.flatMap((u, i) => unsentStatements(db.dialect, u, i)), ...tx.finalWrites];
+      const checked = checkedStatements(
+        db.dialect,
+        unsent.map((u) => ({ stmt: u.stmt, affected: u.check?.affected })),
+      );
+      const finals = [...checked.statements, ...tx.finalWrites];
       if (finals.length > 0 && !tx.isRollbackOnly) {
         committing = true;
         sentFinals = true;
-        tx.settleFinals(await commitChecked(qr, db.dialect, finals, !tx.opened, unsent));
+        tx.settleFinals(await commitChecked(qr, db.dialect, finals, !tx.opened, unsent, checked.counts));
       } else if (tx.opened) {
         if (tx.isRollbackOnly) await qr.query('ROLLBACK');
         else {

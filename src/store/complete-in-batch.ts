@@ -112,43 +112,52 @@ const stepsNotAsWritten = () => new RestartCommand('ledger batch: a step row is 
  * A fence the server checks with COMMIT: every step row of the operation equal, column by column and byte for byte,
  * to the row as written (as many rows as written), and no other step row. Null when a written row holds a
  * time (a live lease: not a row phase A would verify), which only a re-read can compare.
+ *
+ * One aggregate over the operation's rows that answers its one row only when the operation has exactly the written
+ * rows and each of them matches its written columns (`CASE id WHEN <its id> THEN <its columns match>`). The column
+ * comparisons sit inside a CASE, where MariaDB's optimizer, which re-plans a prepared statement on every run, does
+ * not analyse them: the earlier form (`(row 1) OR (row 2) OR ...` in the WHERE, plus a count subquery) spent most of
+ * its time in range analysis and equality propagation over those ~60 conditions (`perf`: `JOIN::optimize` 47 % of
+ * the statement), 440 µs against 320 µs now on the bench VM. PostgreSQL plans it once; it answers the same.
  */
-function stepFences(
+export function stepFences(
   tx: Tx,
   operationId: string,
   written: readonly StepRow[],
 ): { statement: Statement; rows: number }[] | null {
-  const params: SqlParam[] = [operationId];
-  const rows: string[] = [];
+  const params: SqlParam[] = [operationId, written.length];
+  const whens: string[] = [];
   for (const w of written) {
     const conds: string[] = [];
+    const values: SqlParam[] = [];
     for (const field of STEP_FIELDS) {
       const v = (w as unknown as Record<string, unknown>)[field];
       if (v === null || v === undefined) {
         conds.push(`${field} IS NULL`);
       } else if (typeof v === 'number') {
         conds.push(`${field} = ?`);
-        params.push(v);
+        values.push(v);
       } else if (typeof v === 'string') {
         // MySQL compares text with PAD SPACE even under a binary collation: BINARY compares the bytes.
         conds.push(tx.dialect === 'mysql' ? `BINARY ${field} = ?` : `${field} = ?`);
-        params.push(v);
+        values.push(v);
       } else {
         return null;
       }
     }
-    rows.push(`(${conds.join(' AND ')})`);
+    // A comparison with NULL (a column stored NULL where a value was written) is not true: the row does not match.
+    whens.push(`WHEN ? THEN (CASE WHEN ${conds.join(' AND ')} THEN 1 ELSE 0 END)`);
+    params.push(w.id, ...values);
   }
-  // And no other step row: the operation's count, in the same statement.
-  params.push(operationId, written.length);
+  params.push(written.length);
   return [
     {
       statement: {
-        sql: `SELECT id FROM task_creation_steps WHERE operation_id = ? AND (${rows.join(' OR ')})
-               AND (SELECT COUNT(*) FROM task_creation_steps c WHERE c.operation_id = ?) = ?`,
+        sql: `SELECT 1 AS fenced FROM task_creation_steps WHERE operation_id = ?
+               HAVING COUNT(*) = ? AND SUM(CASE id ${whens.join(' ')} ELSE 0 END) = ?`,
         params,
       },
-      rows: written.length,
+      rows: 1,
     },
   ];
 }

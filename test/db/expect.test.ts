@@ -305,6 +305,47 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
     expect(sent[0]).toMatch(/SELECT id FROM workspaces/);
   });
 
+  it("a write's check before a fence travels in the fence's statement on MySQL: each still reports its own mismatch", async () => {
+    const guard = randomUUID();
+    const id = randomUUID();
+    await runTransaction(t.db, 'FoldSetup', async (tx) => {
+      await insertWorkspace(tx, guard, 'guard');
+      await insertWorkspace(tx, id, 'first');
+    });
+    let answered: unknown = null;
+    const attempt = (from: string, to: string, fenceRows: number) =>
+      runTransaction(t.db, 'FoldedCheck', (tx) => {
+        rename(tx, id, from, to);
+        fence(tx, guard, fenceRows);
+        // A plain statement after them gets its own answer: the folded check shifts no result.
+        void tx
+          .rows<{ name: string }>('SELECT name FROM workspaces WHERE id = ?', [guard])
+          .then((r) => {
+            answered = r;
+          })
+          .catch(() => undefined); // Rejected with the transaction's error when a check fails.
+        void tx.commitWith([]).catch(() => undefined);
+        return Promise.resolve();
+      }).catch((e: unknown) => e);
+    const sent = sentStatements(t.db);
+    // Both hold: one round trip, and on MySQL the write's ROW_COUNT() check is a column of the fence's statement.
+    expect(await attempt('first', 'second', 1)).toBeUndefined();
+    const texts = [...sent];
+    vi.restoreAllMocks();
+    expect(await nameOf(id)).toBe('second');
+    expect(answered).toEqual([{ name: 'guard' }]);
+    expect(texts).toHaveLength(3);
+    if (t.db.dialect === 'mysql')
+      expect(texts[1]).toMatch(/ROW_COUNT\(\).*COUNT\(\*\).*FROM \(SELECT id FROM workspaces/s);
+    // The write missed: its own error, even though the fence after it holds; nothing commits.
+    expect(((await attempt('first', 'third', 1)) as Error).message).toBe(`workspace ${id} is not named first`);
+    // The write took, the fence failed: the fence's error, and the write rolled back.
+    expect(((await attempt('second', 'third', 0)) as Error).message).toBe(`workspace ${guard} fence failed`);
+    // Both failed: the write's, the first of them.
+    expect(((await attempt('first', 'third', 0)) as Error).message).toBe(`workspace ${id} is not named first`);
+    expect(await nameOf(id)).toBe('second');
+  });
+
   it('a fence sent in an ordinary round trip counts the rows it answered too', async () => {
     const guard = randomUUID();
     await runTransaction(t.db, 'FenceSetup3', (tx) => insertWorkspace(tx, guard, 'guard'));

@@ -9,11 +9,16 @@
  * Complete's phase A (ADR 0016) — and, when phase A's predicate does not
  * hold, commits its steps without it. Both dialects.
  */
+import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { StepKind } from '../../src/domain/vocab';
 import { armFailpoint, disarmAll, FailpointError } from '../../src/failpoints';
 import { claimAndApplyLedgerSteps, type LedgerKinds } from '../../src/store/ledger-step';
 import { completeTaskCreation, completeTaskCreationPhaseB } from '../../src/store/complete';
+import { stepFences } from '../../src/store/complete-in-batch';
+import { STEP_COLUMNS } from '../../src/store/step-rows';
+import type { StepRow } from '../../src/store/types';
+import { runTransaction } from '../../src/db/tx';
 import { count, sql, useTestDb } from '../support/db';
 import { countRoundTrips, sentStatements } from '../support/round-trips';
 import { rewriteOn } from '../support/db-faults';
@@ -277,5 +282,35 @@ describe('ledger-only steps of one operation in one transaction', () => {
     const done = await s.run('workspace_attachment');
     expect(done.map((d) => d.claim.kind)).toEqual(['workspace_attachment']);
     expect(await loadStep(t.db, session.id)).toMatchObject({ state: 'retry_wait', generation: 1 });
+  });
+});
+
+// Phase A's fence (ADR 0030; one aggregate since ADR 0046): the server answers its one row only when the operation's
+// step rows are exactly the rows as written.
+describe("phase A's step fence", () => {
+  it('holds for the rows as stored; a changed column, a trailing space, a missing or an extra row fails it', async () => {
+    const s = await setup();
+    const stored = await sql<StepRow>(
+      t.db,
+      `SELECT ${STEP_COLUMNS} FROM task_creation_steps WHERE operation_id = ? ORDER BY id`,
+      [s.c.operationId],
+    );
+    expect(stored).toHaveLength(3);
+    const fenced = (written: StepRow[]) =>
+      runTransaction(t.db, 'StepFenceCheck', async (tx) => {
+        const fences = stepFences(tx, s.c.operationId, written);
+        expect(fences).not.toBeNull();
+        for (const f of fences!) tx.expect(f.statement, f.rows, () => new Error('fence failed'));
+      });
+    await expect(fenced(stored)).resolves.toBeUndefined();
+    const [a, b, c] = stored as [StepRow, StepRow, StepRow];
+    const changed: StepRow[][] = [
+      [a, b, { ...c, state: c.state === 'planned' ? 'running' : 'planned' }],
+      [a, { ...b, generation: b.generation + 1 }, c],
+      [{ ...a, request_json: `${a.request_json} ` }, b, c],
+      [a, b],
+      [a, b, c, { ...c, id: randomUUID() }],
+    ];
+    for (const written of changed) await expect(fenced(written)).rejects.toThrow('fence failed');
   });
 });
