@@ -9,14 +9,14 @@
  * - `findMarked(comments, marker)`: the comment with the lowest numeric ID
  *   whose body contains the marker, or null.
  */
-import { canonicalBytes } from '../canonical/canonical-json';
+import { canonicalJson } from '../canonical/canonical-json';
 import { domainHash } from '../canonical/hash';
 import type { ContributionRef } from './types';
 
 export const PROVIDER_RESPONSE_DOMAIN = 'kandev/provider-response/v1';
 
 export function responseDigest(doc: Record<string, string | number | boolean | null>): string {
-  return domainHash(PROVIDER_RESPONSE_DOMAIN, canonicalBytes(doc));
+  return domainHash(PROVIDER_RESPONSE_DOMAIN, canonicalJson(doc));
 }
 
 export interface PlainComment {
