@@ -24,7 +24,12 @@
  * clause, if any, locks the rows it reads as the SELECT alone would. A
  * write's check right before a checked SELECT is a column of that SELECT's
  * statement, before the SELECT's own (ADR 0046): `ROW_COUNT()` there is still
- * the write's, and each column's overflow names its own statement. The error
+ * the write's, and each column's overflow names its own statement. An
+ * aggregate fence — `SELECT 1 AS fenced FROM ... HAVING <condition>`, no
+ * GROUP BY: one row when the condition holds, none otherwise — is checked
+ * without the derived table, which MariaDB would materialize in a temporary
+ * table at every run (ADR 0047): the same columns over its own FROM, its
+ * HAVING condition standing for the row count. The error
  * text quotes the failing expression, whose literal names the statement's
  * index (the count itself is not in it: reported as NaN).
  *
@@ -40,6 +45,17 @@ const MARK = 'taskledger_expect_';
 /** A plain or locking SELECT: checked on the rows it answers instead of the rows it changed. */
 const isSelect = (sql: string) => /^\s*SELECT\b/i.test(sql);
 
+/**
+ * An aggregate fence (`SELECT 1 AS fenced FROM <from> HAVING <condition>`, with no GROUP BY and no locking clause,
+ * so one row or none): its two parts, or null for any other SELECT.
+ */
+function aggregateFence(sql: string): { from: string; condition: string } | null {
+  const m = /^\s*SELECT 1 AS fenced FROM ([\s\S]+?)\s+HAVING ([\s\S]+)$/.exec(sql.trimEnd());
+  if (!m || /\bGROUP\s+BY\b/i.test(m[1]!) || /\b(FOR\s+UPDATE|FOR\s+SHARE|LOCK\s+IN\s+SHARE\s+MODE)\s*$/i.test(m[2]!))
+    return null;
+  return { from: m[1]!, condition: m[2]! };
+}
+
 export function checkedSql(sql: string, affected: number, index: number): string {
   return (
     `WITH checked AS (${sql.trimEnd()}${isSelect(sql) ? '' : ' RETURNING 1'}) ` +
@@ -53,8 +69,9 @@ export interface UnsentStatement {
   affected?: number;
 }
 
+/** The statement's mark first: the server's error quotes the expression's start only (an aggregate fence's is long). */
 const fails = (count: string, affected: number, index: number) =>
-  `~0 + (${count} <> ${affected} AND '${MARK}${index}' <> '')`;
+  `~0 + ('${MARK}${index}' <> '' AND ${count} <> ${affected})`;
 
 export function checkedStatements(
   dialect: Dialect,
@@ -71,14 +88,14 @@ export function checkedStatements(
       statements.push({ sql: checkedSql(stmt.sql, affected, i), params: stmt.params });
       counts.push(1);
     } else if (isSelect(stmt.sql)) {
-      statements.push(mysqlFence(stmt, fails('COUNT(*)', affected, i)));
+      statements.push(mysqlFence(stmt, affected, i));
       counts.push(1);
     } else {
       const rowCount = fails('ROW_COUNT()', affected, i);
       const next = unsent[i + 1];
       statements.push(stmt);
       if (next?.affected !== undefined && isSelect(next.stmt.sql)) {
-        statements.push(mysqlFence(next.stmt, `${rowCount} AS written, ${fails('COUNT(*)', next.affected, i + 1)}`));
+        statements.push(mysqlFence(next.stmt, next.affected, i + 1, rowCount));
         counts.push(1, 1);
         i++;
       } else {
@@ -90,9 +107,24 @@ export function checkedStatements(
   return { statements, counts };
 }
 
-/** The MySQL fence: `columns` (ending in the SELECT's own count check) over the SELECT as a derived table. */
-function mysqlFence(stmt: Statement, columns: string): Statement {
-  return { sql: `SELECT ${columns} AS ok FROM (${stmt.sql.trimEnd()}) AS checked`, params: stmt.params };
+/**
+ * The MySQL fence of checked SELECT `index`, after the check of the write before it (`written`) if any, as columns
+ * evaluated left to right: over the SELECT as a derived table, or, for an aggregate fence, over its own FROM with its
+ * condition standing for the row count. That condition's parameters then come first, as its text now does (every
+ * `?` in a statement's text is a parameter, as `toDialectSql` has it). A check in a HAVING would not do: MariaDB
+ * evaluates a HAVING term without a column, `ROW_COUNT()`'s, when it prepares the statement.
+ */
+function mysqlFence(stmt: Statement, affected: number, index: number, written?: string): Statement {
+  const aggregate = aggregateFence(stmt.sql);
+  const own = fails(aggregate ? `(CASE WHEN ${aggregate.condition} THEN 1 ELSE 0 END)` : 'COUNT(*)', affected, index);
+  const columns = written === undefined ? own : `${written} AS written, ${own}`;
+  if (!aggregate)
+    return { sql: `SELECT ${columns} AS ok FROM (${stmt.sql.trimEnd()}) AS checked`, params: stmt.params };
+  const inFrom = aggregate.from.split('?').length - 1;
+  return {
+    sql: `SELECT ${columns} AS ok FROM ${aggregate.from}`,
+    params: [...stmt.params.slice(inFrom), ...stmt.params.slice(0, inFrom)],
+  };
 }
 
 export function checkedFailure(err: unknown): { index: number; affected: number } | null {

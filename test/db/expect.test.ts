@@ -346,6 +346,73 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
     expect(await nameOf(id)).toBe('second');
   });
 
+  it('an aggregate fence (HAVING, one row or none) is checked without a derived table on MySQL, alone and after a write (ADR 0047)', async () => {
+    const guard = randomUUID();
+    const id = randomUUID();
+    await runTransaction(t.db, 'AggregateSetup', async (tx) => {
+      await insertWorkspace(tx, guard, 'guard');
+      await insertWorkspace(tx, id, 'first');
+    });
+    /** Holds when the guard row is named `name`: one aggregate row, or none. */
+    const aggregate = (tx: Tx, name: string) =>
+      tx.expect(
+        {
+          sql: `SELECT 1 AS fenced FROM workspaces WHERE id = ?
+                 HAVING COUNT(*) = ? AND SUM(CASE WHEN name = ? THEN 1 ELSE 0 END) = ?`,
+          params: [guard, 1, name, 1],
+        },
+        1,
+        () => new ConflictError('creation_state_conflict', `workspace ${guard} is not named ${name}`, { id: guard }),
+      );
+    const attempt = (write: [string, string] | null, name: string) =>
+      runTransaction(t.db, 'AggregateFence', (tx) => {
+        if (write) rename(tx, id, write[0], write[1]);
+        aggregate(tx, name);
+        void tx.commitWith([]).catch(() => undefined);
+        return Promise.resolve();
+      }).catch((e: unknown) => e);
+    const sent = sentStatements(t.db);
+    expect(await attempt(null, 'guard')).toBeUndefined();
+    expect(await attempt(['first', 'second'], 'guard')).toBeUndefined();
+    const texts = [...sent];
+    vi.restoreAllMocks();
+    expect(await nameOf(id)).toBe('second');
+    if (t.db.dialect === 'mysql') {
+      // Over its own FROM, its condition a column, the write's check first: no `FROM (SELECT ...) AS checked`.
+      const fences = texts.filter((s) => /CASE WHEN COUNT/.test(s));
+      expect(fences).toHaveLength(2);
+      for (const f of fences) expect(f).not.toMatch(/AS checked|HAVING/);
+      expect(fences[1]).toMatch(
+        /^SELECT ~0 \+ \('taskledger_expect_\d+' <> '' AND ROW_COUNT\(\)[\s\S]*AS written, ~0 \+ \('taskledger_expect_\d+' <> '' AND \(CASE WHEN COUNT/,
+      );
+    }
+    // The fence fails alone: its error, nothing committed.
+    expect(((await attempt(null, 'other')) as Error).message).toBe(`workspace ${guard} is not named other`);
+    // An aggregate over no row at all (its SUM is NULL) fails too.
+    const none = await runTransaction(t.db, 'AggregateNone', (tx) => {
+      tx.expect(
+        {
+          sql: `SELECT 1 AS fenced FROM workspaces WHERE id = ? HAVING SUM(CASE WHEN name = ? THEN 1 ELSE 0 END) = ?`,
+          params: [randomUUID(), 'guard', 0],
+        },
+        1,
+        () => new ConflictError('creation_state_conflict', 'no row', {}),
+      );
+      void tx.commitWith([]).catch(() => undefined);
+      return Promise.resolve();
+    }).catch((e: unknown) => e);
+    expect((none as Error).message).toBe('no row');
+    // The write missed, the fence holds: the write's error.
+    expect(((await attempt(['first', 'third'], 'guard')) as Error).message).toBe(`workspace ${id} is not named first`);
+    // The write took, the fence failed: the fence's error, and the write rolled back.
+    expect(((await attempt(['second', 'third'], 'other')) as Error).message).toBe(
+      `workspace ${guard} is not named other`,
+    );
+    // Both failed: the write's, the first of them.
+    expect(((await attempt(['first', 'third'], 'other')) as Error).message).toBe(`workspace ${id} is not named first`);
+    expect(await nameOf(id)).toBe('second');
+  });
+
   it('a fence sent in an ordinary round trip counts the rows it answered too', async () => {
     const guard = randomUUID();
     await runTransaction(t.db, 'FenceSetup3', (tx) => insertWorkspace(tx, guard, 'guard'));
