@@ -47,13 +47,16 @@ export interface OperationEventRow {
 /** Why 100: one query's worth of events; a busy workspace drains in a few round trips. */
 export const OUTBOX_READ_BATCH = 100;
 
-/** An event's armed launch intents (one row with nulls when it has none) and each one's dispatch claim state. */
-export const INTENT_COLUMNS = `s.step_key,
-  (SELECT c.state FROM task_launch_dispatch_claims c
-    WHERE c.creation_operation_id = e.operation_id AND c.task_id = e.task_id AND CAST(c.session_id AS CHAR(36)) = s.step_key)
-    AS dispatch_state`;
+/**
+ * An event's armed launch intents (one row with nulls when it has none) and each one's dispatch claim state: at most
+ * one claim per intent (`uq_launch_dispatch`: operation, task, session). A join, not a correlated subquery, which
+ * MariaDB answers through a subquery cache: a temporary table created at every run (ADR 0047).
+ */
+export const INTENT_COLUMNS = `s.step_key, c.state AS dispatch_state`;
 const INTENT_LEFT_JOIN = `LEFT JOIN task_creation_steps s
-    ON s.operation_id = e.operation_id AND s.kind = 'launch_intent' AND s.state = 'armed'`;
+    ON s.operation_id = e.operation_id AND s.kind = 'launch_intent' AND s.state = 'armed'
+  LEFT JOIN task_launch_dispatch_claims c
+    ON c.creation_operation_id = e.operation_id AND c.task_id = e.task_id AND CAST(c.session_id AS CHAR(36)) = s.step_key`;
 export const INTENT_JOIN = `FROM event_outbox e ${INTENT_LEFT_JOIN}`;
 
 /**

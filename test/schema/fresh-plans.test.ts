@@ -249,6 +249,61 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
       const rows = (await ds.query(`EXPLAIN ${st.sql}`, [...st.params])) as { table: string; Extra: string | null }[];
       expect(rows.map((r) => r.table)).toContain('e');
       expect(rows.filter((r) => /temporary|filesort/i.test(r.Extra ?? ''))).toEqual([]);
+      // Nor at run time: a correlated subquery for the claim's state (the event has an armed intent) made MariaDB
+      // create its subquery cache, a temporary table, at every run (ADR 0047); EXPLAIN does not show that one.
+      const qr = ds.createQueryRunner();
+      try {
+        const created = async () =>
+          Number(((await qr.query("SHOW SESSION STATUS LIKE 'Created_tmp_tables'")) as { Value: string }[])[0]!.Value);
+        const before = await created();
+        for (let run = 0; run < 3; run++) {
+          const answered = (await qr.query(st.sql, [...st.params])) as { step_key: string | null }[];
+          expect(answered.map((r) => r.step_key)).toEqual([steps[EVENTS - 1]!.key]);
+        }
+        // None per run (SHOW STATUS may count one of its own).
+        expect(await created()).toBeLessThanOrEqual(before + 1);
+      } finally {
+        await qr.release();
+      }
+    }
+  });
+
+  it("that read answers each armed intent's dispatch claim state, and null without a claim", async () => {
+    const op = operations[EVENTS - 2]!;
+    const step = steps[EVENTS - 2]!;
+    const read = async () => {
+      const st = operationEventsStatement(DIALECT, WORKSPACE, op);
+      return ((await ds.query(dialectSql(st.sql), [...st.params])) as OperationEventRow[]).map((r) => [
+        r.step_key,
+        r.dispatch_state,
+      ]);
+    };
+    expect(await read()).toEqual([[step.key, null]]);
+    const claim = randomUUID();
+    const qr = ds.createQueryRunner();
+    try {
+      await qr.query(DIALECT === 'postgres' ? 'SET session_replication_role = replica' : 'SET FOREIGN_KEY_CHECKS = 0');
+      // Another session's claim of the same operation and task does not answer for this intent.
+      const task = (
+        (await qr.query(dialectSql('SELECT task_id FROM event_outbox WHERE operation_id = ?'), [op])) as {
+          task_id: string;
+        }[]
+      )[0]!.task_id;
+      const insert = (id: string, session: string, state: string) =>
+        qr.query(
+          dialectSql(`INSERT INTO task_launch_dispatch_claims (id, creation_operation_id, task_id, session_id,
+             workspace_id, state, generation, lifecycle_generation, idempotency_key, request_sha256, created_at,
+             updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ${DIALECT === 'postgres' ? 'now()' : 'NOW(3)'},
+             ${DIALECT === 'postgres' ? 'now()' : 'NOW(3)'})`),
+          [id, op, task, session, WORKSPACE, state, `k/${id}`, 'a'.repeat(64)],
+        );
+      await insert(randomUUID(), randomUUID(), 'succeeded');
+      expect(await read()).toEqual([[step.key, null]]);
+      await insert(claim, step.key, 'running');
+      expect(await read()).toEqual([[step.key, 'running']]);
+      await qr.query(dialectSql('DELETE FROM task_launch_dispatch_claims WHERE creation_operation_id = ?'), [op]);
+    } finally {
+      await qr.release();
     }
   });
 
@@ -301,6 +356,15 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
       const generic = await genericPlanIndexes(ds, st.sql, st.params, 'task_creation_steps');
       expect(generic.length).toBeGreaterThan(0);
       expect(generic.filter((ix) => !STEP_KEYS.has(ix))).toEqual([]);
+    }
+    // And the intent's dispatch claim by the claim's key, never a scan of every claim (ADR 0047).
+    expect(await planIndexes(ds, st.sql, st.params, 'task_launch_dispatch_claims', 'c')).toEqual([
+      'uq_launch_dispatch',
+    ]);
+    if (DIALECT === 'postgres') {
+      expect(await genericPlanIndexes(ds, st.sql, st.params, 'task_launch_dispatch_claims')).toEqual([
+        'uq_launch_dispatch',
+      ]);
     }
   });
 
