@@ -16,6 +16,7 @@ import { TaskEnvironmentTaskIndex1796170500000 } from './1796170500000-TaskEnvir
 import { BarrierScopeIndex1796170560000 } from './1796170560000-BarrierScopeIndex';
 import { OutboxOperationIndex1796170620000 } from './1796170620000-OutboxOperationIndex';
 import { StepLeaseIndex1796170680000 } from './1796170680000-StepLeaseIndex';
+import { WorkflowWorkspaceIndexes1796170740000 } from './1796170740000-WorkflowWorkspaceIndexes';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -31,4 +32,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   BarrierScopeIndex1796170560000,
   OutboxOperationIndex1796170620000,
   StepLeaseIndex1796170680000,
+  WorkflowWorkspaceIndexes1796170740000,
 ];

@@ -26,6 +26,13 @@ function placeholders(n: number): string {
   return Array.from({ length: n }, () => '?').join(', ');
 }
 
+/**
+ * Default placement: the first step of the workspace's oldest workflow. The workspace's steps are read through
+ * `ix_workflow_steps_workspace` (migration 14), not by a scan of every workspace's.
+ */
+export const DEFAULT_PLACEMENT_SQL = `SELECT s.id, s.workflow_id FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id
+      WHERE s.workspace_id = ? ORDER BY w.created_at, w.id, s.position LIMIT 1`;
+
 async function resolveWorkflow(db: Db, req: CreateTaskRequest): Promise<PlanContext['workflow']> {
   if (req.workflow_step_id !== null) {
     const rows = await readRows<{ id: string; workflow_id: string }>(
@@ -37,13 +44,7 @@ async function resolveWorkflow(db: Db, req: CreateTaskRequest): Promise<PlanCont
     if (!row) throw new ValidationError('/workflow_step_id', 'unknown workflow step in this workspace');
     return { workflow_id: row.workflow_id, workflow_step_id: row.id };
   }
-  // Default placement: the first step of the workspace's oldest workflow.
-  const rows = await readRows<{ id: string; workflow_id: string }>(
-    db,
-    `SELECT s.id, s.workflow_id FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id
-      WHERE s.workspace_id = ? ORDER BY w.created_at, w.id, s.position LIMIT 1`,
-    [req.workspace_id],
-  );
+  const rows = await readRows<{ id: string; workflow_id: string }>(db, DEFAULT_PLACEMENT_SQL, [req.workspace_id]);
   const row = rows[0];
   return row ? { workflow_id: row.workflow_id, workflow_step_id: row.id } : null;
 }

@@ -129,12 +129,15 @@ export const EXPECTED_TABLES: ExpectedTable[] = [
   t('provider_connections', `id:uuid workspace_id:uuid provider:str16 base_url:str1024 token:str1024 ${CREATED}`, {
     in: { provider: PROVIDERS },
   }),
-  t('workflows', `id:uuid workspace_id:uuid name:str200 ${CREATED}`),
+  t('workflows', `id:uuid workspace_id:uuid name:str200 ${CREATED}`, {
+    indexes: { ix_workflows_workspace_created: ['workspace_id', 'created_at', 'id'] },
+  }),
   t(
     'workflow_steps',
     `id:uuid workflow_id:uuid workspace_id:uuid name:str200 position:int wip_limit:int=0 auto_start:bool=false ${CREATED}`,
     {
       uniques: { uq_workflow_steps_workflow_position: ['workflow_id', 'position'] },
+      indexes: { ix_workflow_steps_workspace: ['workspace_id', 'workflow_id', 'position'] },
       extraChecks: ['chk_workflow_steps_wip_limit'],
     },
   ),

@@ -24,6 +24,7 @@ import { recreateDatabase } from '../../src/db/admin';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { unpromotedStartsStatement } from '../../src/runtime/deferred-retry';
 import { announcedLaunchesStatement } from '../../src/runtime/sweep';
+import { DEFAULT_PLACEMENT_SQL } from '../../src/store/begin-context';
 import { inEventOrder, operationEventsStatement, type OperationEventRow } from '../../src/store/outbox-mark';
 import { stepsLockStatement } from '../../src/store/step-rows';
 import { DIALECT, openDataSource } from './helpers';
@@ -421,6 +422,63 @@ describe(`plans on fresh tables (${DIALECT})`, () => {
     }
     // No task rows here: none is launchable, so nothing is re-sent.
     expect(await ds.query(dialectSql(st.sql), [...st.params])).toEqual([]);
+  });
+
+  it("a creation's default placement reads its workspace's steps through their index, not every workspace's", async () => {
+    // 300 workspaces of 5 steps in one workflow; the last one has a newer second workflow too.
+    const place = randomUUID();
+    const oldest = { workflow: randomUUID(), first: randomUUID() };
+    const rows: { ws: string; wf: string; steps: { id: string; position: number }[]; at: string }[] = [];
+    for (let i = 0; i < 300; i++) {
+      const ws = i === 299 ? place : randomUUID();
+      const wf = i === 299 ? oldest.workflow : randomUUID();
+      const steps = [2, 0, 1, 3, 4].map((position) => ({
+        id: i === 299 && position === 0 ? oldest.first : randomUUID(),
+        position,
+      }));
+      rows.push({ ws, wf, steps, at: '2026-01-01 00:00:00' });
+    }
+    rows.push({ ws: place, wf: randomUUID(), steps: [{ id: randomUUID(), position: 0 }], at: '2026-02-01 00:00:00' });
+    const ts = (at: string) => (DIALECT === 'postgres' ? `TIMESTAMPTZ '${at}+00'` : `'${at}'`);
+    for (let start = 0; start < rows.length; start += 100) {
+      const chunk = rows.slice(start, start + 100);
+      await ds.query(
+        `INSERT INTO workflows (id, workspace_id, name, created_at) VALUES ${chunk
+          .map((r) => `('${r.wf}', '${r.ws}', 'flow', ${ts(r.at)})`)
+          .join(', ')}`,
+      );
+      await ds.query(
+        `INSERT INTO workflow_steps (id, workflow_id, workspace_id, name, position) VALUES ${chunk
+          .flatMap((r) => r.steps.map((st) => `('${st.id}', '${r.wf}', '${r.ws}', 'step', ${st.position})`))
+          .join(', ')}`,
+      );
+    }
+    if (DIALECT === 'postgres') {
+      // The scans of the steps' table: through the index (a bitmap heap scan of what it found, or an index scan).
+      const rows = (await ds.query(`EXPLAIN (FORMAT JSON) ${dialectSql(DEFAULT_PLACEMENT_SQL)}`, [place])) as {
+        'QUERY PLAN': unknown;
+      }[];
+      const scans: string[] = [];
+      const walk = (node: Record<string, unknown>) => {
+        if (node['Relation Name'] === 'workflow_steps' || node['Node Type'] === 'Bitmap Index Scan') {
+          scans.push(`${String(node['Node Type'])} ${String(node['Index Name'] ?? '')}`.trim());
+        }
+        for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+      };
+      walk((rows[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+      expect(scans.length).toBeGreaterThan(0);
+      expect(scans.filter((s) => !/ix_workflow_steps_workspace|^Bitmap Heap Scan$/.test(s))).toEqual([]);
+      expect(scans.some((s) => s.endsWith('ix_workflow_steps_workspace'))).toBe(true);
+    } else {
+      expect(await planIndexes(ds, DEFAULT_PLACEMENT_SQL, [place], 'workflow_steps', 's')).toEqual([
+        'ix_workflow_steps_workspace',
+      ]);
+    }
+    const placed = (await ds.query(dialectSql(DEFAULT_PLACEMENT_SQL), [place])) as {
+      id: string;
+      workflow_id: string;
+    }[];
+    expect(placed).toEqual([{ id: oldest.first, workflow_id: oldest.workflow }]);
   });
 
   it('the read still finds exactly the undelivered events of that operation', async () => {

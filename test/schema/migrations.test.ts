@@ -105,6 +105,15 @@ describe(`migration history (${DIALECT})`, () => {
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
 
+    // WorkflowWorkspaceIndexes: down() drops exactly its two indexes.
+    expect(await indexesOf('workflows')).toContain('ix_workflows_workspace_created');
+    expect(await indexesOf('workflow_steps')).toContain('ix_workflow_steps_workspace');
+    await ds.undoLastMigration({ transaction: 'each' });
+    expect(await indexesOf('workflows')).not.toContain('ix_workflows_workspace_created');
+    expect(await indexesOf('workflow_steps')).not.toContain('ix_workflow_steps_workspace');
+    expect(await indexesOf('workflow_steps')).toContain('uq_workflow_steps_workflow_position');
+    expect(await readTables(ds)).toEqual(all);
+
     // StepLeaseIndex: PostgreSQL's partial indexes of running leases and open compensations; down() restores the
     // plain state indexes there. MySQL keeps the plain ones throughout.
     const plain = ['ix_task_creation_steps_state_lease_expires_at', 'ix_task_creation_steps_compensation_state'];
@@ -174,13 +183,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 9);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 10);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 10);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 11);
 
-    for (let i = 10; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 11; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

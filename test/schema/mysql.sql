@@ -465,6 +465,7 @@ CREATE TABLE `workflow_steps` (
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_workflow_steps_workflow_position` (`workflow_id`,`position`),
+  KEY `ix_workflow_steps_workspace` (`workspace_id`,`workflow_id`,`position`),
   CONSTRAINT `chk_workflow_steps_wip_limit` CHECK (`wip_limit` >= 0)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
@@ -473,7 +474,8 @@ CREATE TABLE `workflows` (
   `workspace_id` char(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `name` varchar(200) NOT NULL,
   `created_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
-  PRIMARY KEY (`id`)
+  PRIMARY KEY (`id`),
+  KEY `ix_workflows_workspace_created` (`workspace_id`,`created_at`,`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `workspace_deletions` (

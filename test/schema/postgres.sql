@@ -1033,6 +1033,18 @@ CREATE INDEX ix_tasks_queue ON public.tasks USING btree (queued_for_step_id, que
 CREATE INDEX ix_tasks_workflow_step_admitted ON public.tasks USING btree (workflow_step_id, wip_admitted);
 
 --
+-- Name: ix_workflow_steps_workspace; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_workflow_steps_workspace ON public.workflow_steps USING btree (workspace_id, workflow_id, "position");
+
+--
+-- Name: ix_workflows_workspace_created; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ix_workflows_workspace_created ON public.workflows USING btree (workspace_id, created_at, id);
+
+--
 -- Name: ix_workspace_deletions_state; Type: INDEX; Schema: public; Owner: -
 --
 
