@@ -17,8 +17,10 @@
  * ADR 0029): the same locks in the same order, each check a row count the
  * server makes — the workspace exists, the operation `completed` with the
  * binding hashes the claim verified, the task not deleted, the step rows the
- * claim locked, revision one and its event, the intent `armed` with the
- * generation and hashes the claim verified — then the writes and COMMIT. A
+ * claim locked, then the claim's compare-and-set, then revision one and its
+ * event and the intent `armed` with the generation and hashes the claim
+ * verified (plain reads, no lock; on MySQL the compare-and-set's row-count
+ * check is a column of that statement) — then the writes and COMMIT. A
  * check that fails rolls back and starts over on the checked path below,
  * whose JavaScript checks (the plan re-derived, the intent's request and
  * evidence re-verified) give the precise refusal. A connection lost during it
@@ -67,7 +69,8 @@ export async function recordLaunchDispatch(
       }
       if ('refused' in p)
         throw new ConflictError('creation_state_conflict', `launch no longer legal: ${p.refused}`, {});
-      return recordWritesLocked(tx, claim, proof, evidence, mark);
+      casRecordLocked(tx, claim, proof, evidence);
+      return recordRestLocked(tx, claim, proof, mark);
     },
     {
       retryLostCommit: claim.verified !== undefined,
@@ -123,6 +126,9 @@ function recordInOneRoundTrip(
   tx.exec('SELECT state FROM task_identities WHERE task_id = ? FOR UPDATE', [claim.taskId]).catch(() => undefined);
   for (const id of v.stepIds) tx.lockRow(TIER.STEP, 'task_creation_steps', id);
   tx.expect(stepsLockFence(claim.operationId, tx.dialect), v.stepIds.length, fenceFailed);
+  // The claim's compare-and-set (8.2) before the last check, which takes no lock: on MySQL its row-count check then
+  // travels as a column of that check's statement instead of a statement of its own (ADR 0047).
+  casRecordLocked(tx, claim, proof, evidence);
   // Revision one, its `task.created` and the armed intent (rows the locks above hold or that never change): plain
   // reads, checked as one.
   tx.expect(
@@ -147,7 +153,7 @@ function recordInOneRoundTrip(
     1,
     fenceFailed,
   );
-  return recordWritesLocked(tx, claim, proof, evidence, mark);
+  return recordRestLocked(tx, claim, proof, mark);
 }
 
 /** The claim as a COMMIT lost earlier may have left it: `succeeded` under this generation with this evidence. */
@@ -163,23 +169,24 @@ async function recordedEarlier(tx: Tx, claim: DispatchClaim, evidence: Evidence)
 }
 
 /**
- * The writes, with COMMIT (one round trip, in this order): the claim's compare-and-set is checked there
- * (`Tx.expect`; a stale claim changes nothing and the transaction rolls the others back); the session row is
- * locked by the prefix, the runtime row is new, the delivered event's mark last (outbox 16, the same
- * compare-and-set a delivery's own mark is).
+ * The record's compare-and-set on the claim (`running -> succeeded` under this generation, owner and a live lease,
+ * with the runtime handle and evidence), checked with COMMIT (`Tx.expect`): a stale claim changes nothing, and the
+ * transaction rolls every other write back.
  */
-function recordWritesLocked(
-  tx: Tx,
-  claim: DispatchClaim,
-  proof: RuntimeProof,
-  evidence: Evidence,
-  mark: OutboxMark | undefined,
-): Recorded {
+function casRecordLocked(tx: Tx, claim: DispatchClaim, proof: RuntimeProof, evidence: Evidence): void {
   casDispatchLocked(tx, claim, 'succeeded', ', runtime_handle = ?, evidence_json = ?, evidence_sha256 = ?', [
     canonicalJson(proof.handle),
     evidence.json,
     evidence.sha256,
   ]);
+}
+
+/**
+ * The writes after the claim's compare-and-set, with COMMIT (one round trip, in this order): the session row is
+ * locked by the prefix, the runtime row is new, the delivered event's mark last (outbox 16, the same
+ * compare-and-set a delivery's own mark is).
+ */
+function recordRestLocked(tx: Tx, claim: DispatchClaim, proof: RuntimeProof, mark: OutboxMark | undefined): Recorded {
   tx.lockRow(TIER.SESSION, 'task_sessions', claim.sessionId);
   const runtimeId = globalThis.crypto.randomUUID();
   tx.lockRow(TIER.RUNTIME, 'executors_running', runtimeId);

@@ -18,7 +18,7 @@ import { recordLaunchDispatch } from '../../src/store/launch-record';
 import type { OperationAuthority } from '../../src/store/types';
 import { count, sql, useTestDb } from '../support/db';
 import { begin, driveAllSteps } from '../support/ledger';
-import { countRoundTrips } from '../support/round-trips';
+import { countRoundTrips, sentStatements } from '../support/round-trips';
 import { claimedLaunch } from '../support/launch';
 import { killWhileInserting } from '../support/db-faults';
 import { seedWorkspace } from '../support/seed';
@@ -152,6 +152,31 @@ describe('the launch record (ADR 0029)', () => {
     await recordLaunchDispatch(t.db, claim, proof(4242));
     expect(trips.calls).toBe(1);
     expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+  });
+
+  it("sends the claim's compare-and-set before its last, lock-free check: on MySQL its row-count check rides there (ADR 0047)", async () => {
+    const { claim } = await claimed();
+    const sent = sentStatements(t.db);
+    await recordLaunchDispatch(t.db, claim, proof(4247));
+    const texts = [...sent];
+    vi.restoreAllMocks();
+    expect(await recorded(claim)).toMatchObject({ claim: 'succeeded', session: 'running', runtimes: 1 });
+    const at = (re: RegExp) => texts.findIndex((x) => re.test(x));
+    const steps = at(/FROM task_creation_steps/);
+    const cas = at(/UPDATE task_launch_dispatch_claims SET state/);
+    const revision = at(/FROM task_revisions r/);
+    expect([steps, cas, revision].every((i) => i >= 0)).toBe(true);
+    expect(steps).toBeLessThan(cas);
+    if (t.db.dialect === 'mysql') {
+      // The write, then the check that answers for it and the revision's own, in one statement; no statement of its own.
+      expect(revision).toBe(cas + 1);
+      expect(texts[revision]).toMatch(
+        /ROW_COUNT\(\) <> 1\) AS written, [\s\S]*FROM \(SELECT r\.event_id FROM task_revisions r/,
+      );
+      expect(texts.filter((x) => /^SELECT ~0 \+ \([^)]*ROW_COUNT\(\)[^)]*\) AS ok$/.test(x))).toEqual([]);
+    } else {
+      expect(cas).toBeLessThan(revision);
+    }
   });
 
   it('locks the steps without reading their documents back (the fence counts rows, ADR 0042)', async () => {
