@@ -36,6 +36,32 @@ async function nameOf(id: string): Promise<string> {
   return rows[0]?.name ?? '<absent>';
 }
 
+/**
+ * A transaction whose body only issues statements it does not wait for: all of them go with COMMIT, in one round
+ * trip. Answers the transaction's error, or undefined when it committed.
+ */
+function sentWithCommit(name: string, body: (tx: Tx) => void): Promise<unknown> {
+  return runTransaction(t.db, name, (tx) => {
+    body(tx);
+    void tx.commitWith([]).catch(() => undefined);
+    return Promise.resolve();
+  }).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+}
+
+/** Two new workspaces, `guard` named 'guard' and `id` named 'first'. */
+async function guardAndFirst(): Promise<{ guard: string; id: string }> {
+  const guard = randomUUID();
+  const id = randomUUID();
+  await runTransaction(t.db, 'GuardAndFirst', async (tx) => {
+    await insertWorkspace(tx, guard, 'guard');
+    await insertWorkspace(tx, id, 'first');
+  });
+  return { guard, id };
+}
+
 afterEach(() => {
   vi.restoreAllMocks();
 });
@@ -306,15 +332,10 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
   });
 
   it("a write's check before a fence travels in the fence's statement on MySQL: each still reports its own mismatch", async () => {
-    const guard = randomUUID();
-    const id = randomUUID();
-    await runTransaction(t.db, 'FoldSetup', async (tx) => {
-      await insertWorkspace(tx, guard, 'guard');
-      await insertWorkspace(tx, id, 'first');
-    });
+    const { guard, id } = await guardAndFirst();
     let answered: unknown = null;
     const attempt = (from: string, to: string, fenceRows: number) =>
-      runTransaction(t.db, 'FoldedCheck', (tx) => {
+      sentWithCommit('FoldedCheck', (tx) => {
         rename(tx, id, from, to);
         fence(tx, guard, fenceRows);
         // A plain statement after them gets its own answer: the folded check shifts no result.
@@ -324,9 +345,7 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
             answered = r;
           })
           .catch(() => undefined); // Rejected with the transaction's error when a check fails.
-        void tx.commitWith([]).catch(() => undefined);
-        return Promise.resolve();
-      }).catch((e: unknown) => e);
+      });
     const sent = sentStatements(t.db);
     // Both hold: one round trip, and on MySQL the write's ROW_COUNT() check is a column of the fence's statement.
     expect(await attempt('first', 'second', 1)).toBeUndefined();
@@ -347,12 +366,7 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
   });
 
   it('an aggregate fence (HAVING, one row or none) is checked without a derived table on MySQL, alone and after a write (ADR 0047)', async () => {
-    const guard = randomUUID();
-    const id = randomUUID();
-    await runTransaction(t.db, 'AggregateSetup', async (tx) => {
-      await insertWorkspace(tx, guard, 'guard');
-      await insertWorkspace(tx, id, 'first');
-    });
+    const { guard, id } = await guardAndFirst();
     /** Holds when the guard row is named `name`: one aggregate row, or none. */
     const aggregate = (tx: Tx, name: string) =>
       tx.expect(
@@ -365,12 +379,10 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
         () => new ConflictError('creation_state_conflict', `workspace ${guard} is not named ${name}`, { id: guard }),
       );
     const attempt = (write: [string, string] | null, name: string) =>
-      runTransaction(t.db, 'AggregateFence', (tx) => {
+      sentWithCommit('AggregateFence', (tx) => {
         if (write) rename(tx, id, write[0], write[1]);
         aggregate(tx, name);
-        void tx.commitWith([]).catch(() => undefined);
-        return Promise.resolve();
-      }).catch((e: unknown) => e);
+      });
     const sent = sentStatements(t.db);
     expect(await attempt(null, 'guard')).toBeUndefined();
     expect(await attempt(['first', 'second'], 'guard')).toBeUndefined();
@@ -389,7 +401,7 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
     // The fence fails alone: its error, nothing committed.
     expect(((await attempt(null, 'other')) as Error).message).toBe(`workspace ${guard} is not named other`);
     // An aggregate over no row at all (its SUM is NULL) fails too.
-    const none = await runTransaction(t.db, 'AggregateNone', (tx) => {
+    const none = await sentWithCommit('AggregateNone', (tx) =>
       tx.expect(
         {
           sql: `SELECT 1 AS fenced FROM workspaces WHERE id = ? HAVING SUM(CASE WHEN name = ? THEN 1 ELSE 0 END) = ?`,
@@ -397,10 +409,8 @@ describe('fences checked on the server, and everything unsent, with COMMIT (ADR 
         },
         1,
         () => new ConflictError('creation_state_conflict', 'no row', {}),
-      );
-      void tx.commitWith([]).catch(() => undefined);
-      return Promise.resolve();
-    }).catch((e: unknown) => e);
+      ),
+    );
     expect((none as Error).message).toBe('no row');
     // The write missed, the fence holds: the write's error.
     expect(((await attempt(['first', 'third'], 'guard')) as Error).message).toBe(`workspace ${id} is not named first`);
