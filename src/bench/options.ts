@@ -76,8 +76,8 @@ export const BENCH_USAGE = `usage: taskledger bench [options]
   --paced-shapes db,git           shapes that also get a paced run (default db)
   --warmup N                      unmeasured creations per shape first (default 30)
   --fleet-warmup N                unmeasured DB-shape creations the fresh fleet makes once, before any shape,
-                                  so its JIT compilation is done before anything is measured (default 600;
-                                  0 skips)
+                                  so its JIT compilation is done before anything is measured (default 3000:
+                                  V8 compiles for about that many; 0 skips)
   --no-launch                     do not run the launch role (agents are never started)
   --no-ceiling                    skip the raw-SQL ceiling
   --serial N                      DB-shape creations one at a time, for the serial p50 (default 100; 0 skips)
@@ -215,7 +215,7 @@ export function parseBenchArgs(args: string[], env: NodeJS.ProcessEnv = process.
     shapes,
     pacedShapes,
     warmup,
-    fleetWarmup: positiveInt('fleet-warmup', values['fleet-warmup'], quick ? 5 : 600, 0),
+    fleetWarmup: positiveInt('fleet-warmup', values['fleet-warmup'], quick ? 5 : 3000, 0),
     launch: values['no-launch'] !== true,
     ceiling: values['no-ceiling'] !== true,
     peer: values['no-peer'] !== true,

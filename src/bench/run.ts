@@ -74,8 +74,9 @@ function bodyFor(shape: Shape, w: BenchWorld, label: string) {
 /**
  * The fresh fleet's one warm-up, before any shape (`--fleet-warmup`): DB-shape creations at the run's concurrency,
  * unmeasured, then idle. Each Node process compiles its hot code (V8's optimizing compiler, on its own threads)
- * over roughly its first thousand creations; measured A/B on this VM, a 500-creation run after a 30-creation warm-up
- * billed 2.1 ms more worker CPU per creation than after 500. The peer's 20 s window amortizes its own warm-up.
+ * and re-compiles what it de-optimized over the fleet's first ~3,000 creations (`--trace-opt`, ADR 0048): a
+ * 500-creation run after a 600-creation warm-up billed ~2.4 ms more worker CPU and ~0.9 ms more API CPU per creation
+ * than after 3,000. The peer is at its steady state within its 20 s window (20 and 60 s runs give the same rate).
  */
 async function warmFleet(client: ApiClient, db: Db, world: BenchWorld, options: BenchOptions, died: Promise<never>) {
   const n = options.fleetWarmup;
