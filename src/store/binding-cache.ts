@@ -10,8 +10,14 @@
  * Results are deep-frozen: a caller cannot change what another caller gets.
  */
 
-/** Why 2048: a worker has at most a few hundred creations in flight; each entry is a few KiB. */
-const CAPACITY = 2048;
+/**
+ * Entries per memo of a process. Why 512: a memo pays only while its operation is in flight here (its dozen Store
+ * calls run within a second or so), and a worker process runs at most a few dozen operations at once
+ * (fleet/roles.ts, CONCURRENCY). Each entry keeps a parsed, frozen plan, request or evidence alive, KiBs of heap:
+ * at 2,048 (4,096 for the peek memo) a worker's live heap grew by ~25 MB over its first ~5,000 operations, its
+ * resident size past 200 MB, and every major GC marked it all (ADR 0049).
+ */
+export const MEMO_CAPACITY = 512;
 
 export function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
@@ -25,7 +31,7 @@ export function deepFreeze<T>(value: T): T {
 export class VerifiedMemo<V> {
   private readonly entries = new Map<string, { inputs: readonly unknown[]; value: V }>();
 
-  constructor(private readonly capacity = CAPACITY) {}
+  constructor(private readonly capacity = MEMO_CAPACITY) {}
 
   /** The memoised value when `inputs` are identical (`===`) to the recorded ones; else runs `derive`. */
   get(key: string, inputs: readonly unknown[], derive: () => V): V {

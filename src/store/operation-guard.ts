@@ -20,7 +20,7 @@ import { TIER } from '../db/lock-plan';
 import { bool, type Tx } from '../db/tx';
 import { RestartCommand } from '../db/dialect';
 import { lockAuthorityLocked } from './actor';
-import { deepFreeze, VerifiedMemo } from './binding-cache';
+import { deepFreeze, MEMO_CAPACITY, VerifiedMemo } from './binding-cache';
 import { externalIdKeyDigest } from './lock-keys';
 import { stepsLockStatement } from './step-rows';
 import { IDENTITY_GUARD_READ, IDENTITY_ROW_READ, TASK_GUARD_READ, TASK_ROW_READ } from './task-row-reads';
@@ -168,9 +168,13 @@ interface OperationPeek {
   hinted?: boolean;
 }
 
-/** Why 4096: one entry per operation a process touched recently; a few hundred bytes each. */
-const PEEK_CAPACITY = 4096;
+/** One entry per operation this process touched recently, holding its verified plan once a guard has read it. */
 const peekMemo = new Map<string, OperationPeek>();
+
+/** Operations the peek memo holds now (for tests and diagnostics). */
+export function peekMemoSize(): number {
+  return peekMemo.size;
+}
 
 /**
  * What the process that ran Begin knew of a new operation, sent with its first
@@ -193,7 +197,7 @@ export function hintOperation(
     externalIdAbsent: !hint.externalId,
     hinted: true,
   });
-  if (peekMemo.size > PEEK_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
+  if (peekMemo.size > MEMO_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
 }
 
 /**
@@ -231,7 +235,7 @@ async function peekOperation(
     externalIdAbsent: Number(row.no_external_id) === 1,
   };
   peekMemo.set(operationId, peek);
-  if (peekMemo.size > PEEK_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
+  if (peekMemo.size > MEMO_CAPACITY) peekMemo.delete(peekMemo.keys().next().value as string);
   return peek;
 }
 
