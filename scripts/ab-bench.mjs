@@ -7,7 +7,8 @@
  * normalised by the API process's (code a lever rarely touches), which moves
  * with the machine's speed and so cancels most of its noise.
  *
- * Usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--shape db|git] [--pairs 3] [--tasks 600] [--pause 10] [--keep]
+ * Usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--shape db|git] [--pairs 3] [--tasks 600]
+ *        [--fleet-warmup 3000] [--pause 10] [--keep]
  *
  * `--shape git` measures the Git shape instead, and also prints each run's
  * ratio to the bare `git worktree add -b` loop the bench runs beside it.
@@ -28,11 +29,11 @@ const flag = (name, fallback) => {
   const at = args.indexOf(name);
   return at >= 0 ? args[at + 1] : fallback;
 };
-const VALUED = new Set(['--dialect', '--shape', '--pairs', '--tasks', '--pause']);
+const VALUED = new Set(['--dialect', '--shape', '--pairs', '--tasks', '--fleet-warmup', '--pause']);
 const base = args.find((a, i) => !a.startsWith('--') && !VALUED.has(args[i - 1]));
 if (!base || args.includes('--help')) {
   console.error(
-    'usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--shape db|git] [--pairs 3] [--tasks 600] [--pause 10] [--keep]',
+    'usage: node scripts/ab-bench.mjs BASE_REF [--dialect postgres|mysql] [--shape db|git] [--pairs 3] [--tasks 600] [--fleet-warmup 3000] [--pause 10] [--keep]',
   );
   process.exit(base ? 0 : 2);
 }
@@ -40,12 +41,14 @@ const dialect = flag('--dialect', 'postgres');
 const shapeName = flag('--shape', 'db');
 const pairs = Number(flag('--pairs', '3'));
 const tasks = Number(flag('--tasks', '600'));
+const fleetWarmup = Number(flag('--fleet-warmup', '3000'));
 const pauseS = Number(flag('--pause', '10'));
 if (
   !['postgres', 'mysql'].includes(dialect) ||
   !['db', 'git'].includes(shapeName) ||
   !(pairs > 0) ||
   !(tasks > 0) ||
+  !(fleetWarmup >= 0) ||
   !(pauseS >= 0)
 ) {
   console.error(
@@ -72,12 +75,13 @@ if (!existsSync(tree)) {
 }
 run('npm', ['run', 'build'], tree);
 
-// Both sides warm their fleet alike: a base from before `--fleet-warmup` (9eaa3af) has no fleet warm-up, so this
-// checkout then runs without one too.
+// Both sides warm their fleet alike, with the same explicit count (their defaults differ across ADR 0048): a base
+// from before `--fleet-warmup` (9eaa3af) has no fleet warm-up, so this checkout then runs without one too.
 const helpOf = (cwd) => spawnSync('node', ['bin/taskledger.mjs', 'bench', '--help'], { cwd, encoding: 'utf8' });
 const baseHelp = helpOf(tree);
 const baseWarms = /--fleet-warmup/.test(`${baseHelp.stdout}${baseHelp.stderr}`);
-const warmArgs = (label) => (label === 'this' && !baseWarms ? ['--fleet-warmup', '0'] : []);
+const warmArgs = (label) =>
+  baseWarms ? ['--fleet-warmup', String(fleetWarmup)] : label === 'this' ? ['--fleet-warmup', '0'] : [];
 if (!baseWarms) console.error('ab-bench: the base has no --fleet-warmup; this checkout runs without one too');
 
 /** One throughput run of the shape in `cwd`: creations/s, CPU ms per creation by process, and the Git loop's ratio. */
