@@ -78,10 +78,25 @@ function bodyFor(shape: Shape, w: BenchWorld, label: string) {
  * 500-creation run after a 600-creation warm-up billed ~2.4 ms more worker CPU and ~0.9 ms more API CPU per creation
  * than after 3,000. The peer is at its steady state within its 20 s window (20 and 60 s runs give the same rate).
  */
-async function warmFleet(client: ApiClient, db: Db, world: BenchWorld, options: BenchOptions, died: Promise<never>) {
+async function warmFleet(
+  client: ApiClient,
+  db: Db,
+  world: BenchWorld,
+  options: BenchOptions,
+  died: Promise<never>,
+  progress: ProgressSink,
+  label: string,
+) {
   const n = options.fleetWarmup;
+  const started = Date.now();
+  let lastStatus = 0;
   const warm = await Promise.race([
-    closedLoop(client, n, Math.min(options.concurrency, n), bodyFor('db', world, 'fleet-warmup')),
+    closedLoop(client, n, Math.min(options.concurrency, n), bodyFor('db', world, 'fleet-warmup'), (done, samples) => {
+      const now = Date.now();
+      if (now - lastStatus < 200 && done < n) return;
+      lastStatus = now;
+      progress.status(statusLine(`${label} fleet warm-up (unmeasured)`, done, n, samples, now - started), done === n);
+    }),
     died,
   ]);
   const bad = warm.samples.find((s) => !s.ok);
@@ -457,7 +472,7 @@ async function runDialect(dialect: Dialect, options: BenchOptions, progress: Pro
     client = apiClient(`http://127.0.0.1:${port}`, world.token, options.concurrency + 64);
     if (options.fleetWarmup > 0) {
       progress.status(`[${dialect}] warming up the fleet (${options.fleetWarmup} db creations, unmeasured)`);
-      await warmFleet(client, bench.db, world, options, watch.died);
+      await warmFleet(client, bench.db, world, options, watch.died, progress, `[${dialect}]`);
     }
 
     const shapes: ShapeResult[] = [];

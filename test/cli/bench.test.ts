@@ -39,6 +39,10 @@ describe('taskledger bench', () => {
     expect((parseBenchArgs([], { TASKLEDGER_BENCH_SCRATCH: '/y' }) as BenchOptions).scratch).toBe('/y');
     expect((parseBenchArgs([], {}) as BenchOptions).scratch).toBe(defaultScratch());
     expect([tmpdir(), '/dev/shm']).toContain(defaultScratch());
+    // The fleet warm-up: long enough for V8 to stop compiling (ADR 0048), a few creations in a smoke run.
+    expect((parseBenchArgs([], {}) as BenchOptions).fleetWarmup).toBe(3000);
+    expect(quick.fleetWarmup).toBe(5);
+    expect((parseBenchArgs(['--fleet-warmup', '0'], {}) as BenchOptions).fleetWarmup).toBe(0);
   });
 
   it('runs both shapes, the paced run, the ceiling, the baselines and the peer, and reports every field', async () => {
@@ -69,7 +73,10 @@ describe('taskledger bench', () => {
       redisUrl: process.env.TASKLEDGER_REDIS_URL ?? 'redis://127.0.0.1:6379',
       scratch: await mkdtemp(join(tmpdir(), 'taskledger-bench-scratch-')),
     };
-    const report = await runBench(options, silentProgress);
+    const statuses: string[] = [];
+    const report = await runBench(options, { ...silentProgress, status: (text) => statuses.push(text) });
+    // The fleet's warm-up shows its progress, as the measured runs do.
+    expect(statuses).toContainEqual(expect.stringMatching(/^\[\w+\] fleet warm-up \(unmeasured\) 2\/2 · /));
     // Every scratch file went under --scratch, and the run removed them again.
     expect(await readdir(options.scratch)).toEqual([]);
     await rm(options.scratch, { recursive: true });
