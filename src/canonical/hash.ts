@@ -107,6 +107,16 @@ export function hashedDocument(domain: string, value: unknown): HashedDocument {
   return { text, sha256: domainHash(domain, text) };
 }
 
+/**
+ * A stored document's hash from its stored text, once `parseCanonical(text)` (which requires the RFC 8785 form) has
+ * accepted that text: the text then IS the document's canonical form, so this equals the document's own hash
+ * (`manifestHash(parsed)`, `stepRequestHash(parsed)`, ...) without canonicalizing the parsed document a second time.
+ * Only for text `parseCanonical` checked (never with `requireCanonical: false`).
+ */
+export function canonicalTextHash(domain: string, canonicalText: string): Sha256Hex {
+  return domainHash(domain, canonicalText);
+}
+
 /** ManifestHash: the CreationPlan under `kandev/task-creation-plan/v1`. */
 export function manifestHash(plan: CreationPlan): Sha256Hex {
   return domainHash(PLAN_DOMAIN, canonicalJson(plan));

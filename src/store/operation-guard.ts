@@ -10,7 +10,7 @@
  * SHA-256 in constant time. Any mismatch: typed conflict, zero writes.
  */
 import { parseCanonical } from '../canonical/canonical-json';
-import { actorBindingHash, manifestHash } from '../canonical/hash';
+import { ACTOR_DOMAIN, canonicalTextHash, PLAN_DOMAIN } from '../canonical/hash';
 import { completionTokenMatches } from '../canonical/completion-token';
 import type { ActorBindingDocument, CreationPlan } from '../canonical/types';
 import { validateActorBinding, validateCreationPlan } from '../canonical/validate';
@@ -133,12 +133,13 @@ function deriveStoredBindings(op: OperationRow): { plan: CreationPlan; actor: Ac
       cause: (err as Error).message,
     });
   }
-  if (manifestHash(plan) !== op.manifest_hash) {
+  // Both texts were just accepted as their documents' RFC 8785 form (parseCanonical): each hashes as its document.
+  if (canonicalTextHash(PLAN_DOMAIN, op.plan_json) !== op.manifest_hash) {
     throw new ConflictError('handle_mismatch', 'stored plan does not hash to the stored ManifestHash', {
       operation_id: op.id,
     });
   }
-  if (actorBindingHash(actor) !== op.actor_binding_hash) {
+  if (canonicalTextHash(ACTOR_DOMAIN, op.actor_json) !== op.actor_binding_hash) {
     throw new ConflictError('handle_mismatch', 'stored actor document does not hash to the stored ActorBindingHash', {
       operation_id: op.id,
     });

@@ -3,7 +3,7 @@
  * transaction or takes a lock below tier 7.
  */
 import { parseCanonical, sameJson } from '../canonical/canonical-json';
-import { idempotencyKey, stepRequestHash } from '../canonical/hash';
+import { canonicalTextHash, idempotencyKey, STEP_REQUEST_DOMAIN } from '../canonical/hash';
 import type { CreationPlan, PlanStep, StepRequest } from '../canonical/types';
 import { validateStepRequest } from '../canonical/validate';
 import { ConflictError, TaskLedgerError } from '../domain/errors';
@@ -111,7 +111,8 @@ function deriveStepRequest(step: StepRow, plan: CreationPlan): StepRequest {
   } catch (err) {
     throw mismatch(`stored request is invalid (${(err as Error).message})`);
   }
-  const sha = stepRequestHash(request);
+  // The stored text was just accepted as the request's RFC 8785 form (parseCanonical): it hashes as the request.
+  const sha = canonicalTextHash(STEP_REQUEST_DOMAIN, step.request_json);
   if (sha !== step.request_sha256) throw mismatch('stored request does not hash to request_sha256');
   const same = (s: PlanStep): boolean => s.kind === step.kind && s.step_key === step.step_key;
   // A deferred plan's promoted pair derives from the plan as exactly as its own steps do (plan/session-launch.ts).

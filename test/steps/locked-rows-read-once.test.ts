@@ -17,7 +17,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Statement } from '../../src/db/batch';
 import { Tx } from '../../src/db/tx';
 import { IDENTITY_ROW_READ, TASK_ROW_READ } from '../../src/store/task-row-reads';
-import { useTestDb } from '../support/db';
+import { sql, useTestDb } from '../support/db';
 import { claimAndApplyLedgerSteps } from '../../src/store/ledger-step';
 import { stepRows } from '../support/ledger';
 import { createGroupTask, groupTaskBatchWithPhaseA, LEDGER_KINDS } from './support';
@@ -103,6 +103,32 @@ describe('locked rows are read once', () => {
     expect(withPhaseA.batch.phaseA).toBe('completing');
     const texts = [...sent.values()].flat().filter(readsText);
     expect(texts.map((s) => LOCK_CLAUSE.test(s.sql))).toEqual([true]);
+  });
+
+  it("an attachment without an environment reads no task's binding; one with an environment locks it", async () => {
+    const readsBinding = (s: Statement) => /\bFROM\s+task_environment_bindings\b/i.test(s.sql);
+    const sent = watchSends();
+    const { batch } = await groupTaskBatchWithPhaseA(t.db);
+    expect(batch.phaseA).toBe('completing');
+    // The attachment expects no binding and checks none: nothing is read for it, in the batch or in phase A.
+    expect([...sent.values()].flat().filter(readsBinding)).toEqual([]);
+
+    sent.clear();
+    const { ws, c } = await createGroupTask(t.db, (w) => ({
+      workspace_policy: { mode: 'shared_group', group_id: w.groupId, environment_id: w.sharedEnvironmentId },
+    }));
+    const row = (await stepRows(t.db, c.operationId)).find((r) => r.kind === 'session_prepare')!;
+    const auth = { kind: 'operation', operationId: c.operationId, actor: 'w1' } as const;
+    const ref = { kind: 'session_prepare' as const, stepKey: row.step_key };
+    const withEnvironment = await claimAndApplyLedgerSteps(t.db, auth, ref, 'w1', 30_000, LEDGER_KINDS);
+    expect(withEnvironment.results.map((r) => r.outcome.state)).toEqual(expect.arrayContaining(['succeeded', 'armed']));
+    expect(withEnvironment.results.map((r) => r.outcome.state)).not.toContain('unknown');
+    const bindingReads = [...sent.values()].flat().filter(readsBinding);
+    expect(bindingReads.some((s) => LOCK_CLAUSE.test(s.sql))).toBe(true);
+    const [bound] = await sql(t.db, 'SELECT environment_id FROM task_environment_bindings WHERE task_id = ?', [
+      c.taskId,
+    ]);
+    expect(bound?.environment_id).toBe(ws.sharedEnvironmentId);
   });
 
   it('the watch finds a read of a locked row sent again', () => {

@@ -119,7 +119,22 @@ describe('session_prepare', () => {
       'c'.repeat(64),
       s.c.taskId,
     ]);
-    expect((await sessionPrepareHandler.observe(s.deps, step)).effect).toBe('conflict');
+    const conflict = await sessionPrepareHandler.observe(s.deps, step);
+    expect(conflict.effect).toBe('conflict');
+    // The evidence names every own row as found: the changed marker by its new hash, the session by its own.
+    const [marker] = await sql(
+      t.db,
+      'SELECT resource_key, workspace_id, task_id, operation_id, step_id, kind, marker_sha256 FROM task_resource_markers WHERE task_id = ?',
+      [s.c.taskId],
+    );
+    expect(conflict.evidence.observation.rows).toContainEqual({
+      table: 'task_resource_markers',
+      key: marker!.resource_key,
+      row_sha256: rowHash({ ...marker }),
+    });
+    expect(conflict.evidence.observation.rows).toContainEqual(
+      expect.objectContaining({ table: 'task_sessions', key: s.req.session_id, row_sha256: expect.any(String) }),
+    );
   });
 });
 

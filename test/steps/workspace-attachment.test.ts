@@ -141,8 +141,21 @@ describe('workspace_attachment perform', () => {
     const st = await stepState(t.db, s.claim.stepId);
     expect(st.error_code).toBe('foreign_row');
     expect(st.evidence!.effect).toBe('conflict');
-    const [b] = await sql(t.db, 'SELECT environment_id FROM task_environment_bindings WHERE task_id = ?', [s.c.taskId]);
+    const [b] = await sql(
+      t.db,
+      'SELECT task_id, environment_id, workspace_id, operation_id, step_id FROM task_environment_bindings WHERE task_id = ?',
+      [s.c.taskId],
+    );
     expect(b!.environment_id).toBe(otherEnv);
+    // The evidence names the foreign row as found, by its hash; the expected member row, absent, by null.
+    expect(st.evidence!.observation.rows).toContainEqual({
+      table: 'task_environment_bindings',
+      key: s.c.taskId,
+      row_sha256: rowHash({ ...b }),
+    });
+    expect(st.evidence!.observation.rows).toContainEqual(
+      expect.objectContaining({ table: 'workspace_group_members', row_sha256: null }),
+    );
     expect(await count(t.db, 'workspace_group_members', 'task_id = ?', [s.c.taskId])).toBe(0);
   });
 

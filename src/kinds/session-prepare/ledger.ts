@@ -37,7 +37,8 @@ import {
   type EffectObservation,
   type EffectOutcome,
   type EffectOwner,
-  type ObservedRow,
+  observedRowsOf,
+  type OwnRow,
 } from '../../store/effects/recording';
 import {
   readEnvironment,
@@ -119,18 +120,12 @@ async function readWorld(read: Reader, req: Req, exp: Expected): Promise<World> 
   return { session, markers, runtime, environmentOk };
 }
 
-function ownRows(exp: Expected, w: World): { row: ObservedRow; p: Presence }[] {
+function ownRows(exp: Expected, w: World): OwnRow<Presence>[] {
   return [
-    {
-      row: { table: 'task_sessions', key: exp.session.id, row_sha256: w.session && rowHash(w.session) },
-      p: presence(w.session, exp.session),
-    },
+    { table: 'task_sessions', key: exp.session.id, actual: w.session, p: presence(w.session, exp.session) },
     ...exp.markers.map((m, i) => {
       const a = w.markers[i] ?? null;
-      return {
-        row: { table: 'task_resource_markers', key: m.resource_key, row_sha256: a && rowHash(a) },
-        p: presence(a, m),
-      };
+      return { table: 'task_resource_markers', key: m.resource_key, actual: a, p: presence(a, m) };
     }),
   ];
 }
@@ -251,7 +246,7 @@ export async function applySessionPrepareLocked(
   // Locks first, then the reads, in one round trip (Tx.batch keeps issue order).
   const [, w] = await Promise.all([takeLocks(tx, lockNeeds(req, true)), readWorld(read, req, exp)]);
   const own = ownRows(exp, w);
-  const rows = own.map((r) => r.row);
+  const rows = observedRowsOf(own);
   if (w.runtime) {
     const runtimeRow = { table: 'executors_running', key: req.session_id, row_sha256: null };
     return failWithRowsLocked(tx, ctx, claim, 'ambiguous', 'runtime_present', 'a runtime exists for the session', [
@@ -326,7 +321,7 @@ export async function observeSessionPrepare(db: Db, step: StepRow): Promise<Effe
   if (!w.runtime && own.every((r) => r.p === 'ours')) {
     return { effect: 'present_exact', evidence: presentEvidenceOf(step, observationOf(exp)) };
   }
-  const rows = own.map((r) => r.row);
+  const rows = observedRowsOf(own);
   if (!w.runtime && own.every((r) => r.p === 'absent')) {
     return {
       effect: 'absent_proven',
@@ -351,10 +346,7 @@ export async function verifySessionPrepareLocked(
   const [, w] = await Promise.all([takeLocks(tx, sessionPrepareLocks(step)), readWorld(txReader(tx), req, exp)]);
   const bad = ownRows(exp, w).find((r) => r.p !== 'ours');
   if (bad)
-    throw effectMismatch(
-      step,
-      `${bad.row.table} ${bad.row.key} is ${bad.p === 'absent' ? 'missing' : 'not the recorded row'}`,
-    );
+    throw effectMismatch(step, `${bad.table} ${bad.key} is ${bad.p === 'absent' ? 'missing' : 'not the recorded row'}`);
   if (w.runtime) throw effectMismatch(step, 'a runtime exists for the session before Complete');
   if (!sameJson(observationOf(exp), evidence.observation)) {
     throw effectMismatch(step, 'evidence does not repeat the session rows byte-exactly');

@@ -26,6 +26,7 @@ import type { StepClaim, StepRow } from '../../store/types';
 import {
   effectMismatch,
   failWithRowsLocked,
+  observedRowsOf,
   ownerOf,
   presentEvidenceOf,
   recordSuccessLocked,
@@ -125,7 +126,7 @@ export async function applyWorkspaceAttachmentLocked(
       'ambiguous',
       'foreign_row',
       'a row the attachment needs is held by someone else',
-      own.map((r) => r.row),
+      observedRowsOf(own),
     );
   }
   const problem = referenceProblem(req, w);
@@ -133,7 +134,7 @@ export async function applyWorkspaceAttachmentLocked(
     const cls = own.every((r) => r.p === 'absent') ? 'permanent' : 'ambiguous';
     return failWithRowsLocked(tx, ctx, claim, cls, problem.code, problem.message, [
       ...problem.rows,
-      ...own.map((r) => r.row),
+      ...observedRowsOf(own),
     ]);
   }
   if (!envReposMatch(req, w)) {
@@ -177,7 +178,7 @@ export async function observeWorkspaceAttachment(db: Db, step: StepRow): Promise
       evidence: presentEvidenceOf(step, observationOf(req, owner, step.generation, exp, w)),
     };
   }
-  const rows = own.map((r) => r.row);
+  const rows = observedRowsOf(own);
   if (own.every((r) => r.p === 'absent')) {
     return {
       effect: 'absent_proven',
@@ -222,10 +223,7 @@ export async function verifyWorkspaceAttachmentLocked(
   ]);
   const bad = ownRows(exp, w).find((r) => r.p !== 'ours');
   if (bad)
-    throw effectMismatch(
-      step,
-      `${bad.row.table} ${bad.row.key} is ${bad.p === 'absent' ? 'missing' : 'not the recorded row'}`,
-    );
+    throw effectMismatch(step, `${bad.table} ${bad.key} is ${bad.p === 'absent' ? 'missing' : 'not the recorded row'}`);
   if (!w.groupOk) throw effectMismatch(step, 'the workspace group is gone');
   if (!envReposMatch(req, w)) throw effectMismatch(step, "the environment's repositories changed");
   const obs = evidence.observation as unknown as AttachmentObservation;

@@ -9,7 +9,7 @@
  */
 import type { WorkspaceAttachmentRequest } from '../../canonical/types';
 import { TIER } from '../../db/lock-plan';
-import type { EffectOwner, ObservedRow } from '../../store/effects/recording';
+import type { EffectOwner, ObservedRow, OwnRow } from '../../store/effects/recording';
 import {
   BINDING_COLUMNS,
   BLOCKER_COLUMNS,
@@ -77,7 +77,8 @@ export async function readWorld(read: Reader, req: Req, exp: Expected): Promise<
       : read<{ workspace_id: string }>(rowRead('workspace_groups', 'workspace_id', 'id = ?'), [req.group_id]),
     req.environment_id === null ? null : readEnvironment(read, req.environment_id),
     req.environment_id === null ? [] : readEnvironmentRepos(read, req.environment_id),
-    readEnvironmentBinding(read, req.task_id),
+    // Without an environment the attachment expects no binding and checks none: nothing to read.
+    req.environment_id === null ? null : readEnvironmentBinding(read, req.task_id),
     Promise.all(exp.members.map((m) => readGroupMember(read, m.group_id, m.task_id))),
     Promise.all(exp.blockers.map((b) => readBlocker(read, b.task_id, b.blocker_task_id))),
     req.blocker_ids.length === 0
@@ -94,7 +95,7 @@ export async function readWorld(read: Reader, req: Req, exp: Expected): Promise<
     groupOk,
     env,
     envRepos,
-    binding: req.environment_id === null ? null : binding,
+    binding,
     members,
     blockers,
     missingBlockers,
@@ -107,29 +108,21 @@ export function presence(actual: unknown, expected: unknown): Presence {
   return sameRow(actual, expected) ? 'ours' : 'foreign';
 }
 
-export function ownRows(exp: Expected, w: World): { row: ObservedRow; p: Presence }[] {
-  const out: { row: ObservedRow; p: Presence }[] = [];
+export function ownRows(exp: Expected, w: World): OwnRow<Presence>[] {
+  const out: OwnRow<Presence>[] = [];
   exp.members.forEach((m, i) => {
     const a = w.members[i] ?? null;
-    out.push({
-      row: { table: 'workspace_group_members', key: `${m.group_id}:${m.task_id}`, row_sha256: a && rowHash(a) },
-      p: presence(a, m),
-    });
+    out.push({ table: 'workspace_group_members', key: `${m.group_id}:${m.task_id}`, actual: a, p: presence(a, m) });
   });
   exp.blockers.forEach((b, i) => {
     const a = w.blockers[i] ?? null;
-    out.push({
-      row: { table: 'task_blockers', key: `${b.task_id}:${b.blocker_task_id}`, row_sha256: a && rowHash(a) },
-      p: presence(a, b),
-    });
+    out.push({ table: 'task_blockers', key: `${b.task_id}:${b.blocker_task_id}`, actual: a, p: presence(a, b) });
   });
   if (exp.binding !== null) {
     out.push({
-      row: {
-        table: 'task_environment_bindings',
-        key: exp.binding.task_id,
-        row_sha256: w.binding && rowHash(w.binding),
-      },
+      table: 'task_environment_bindings',
+      key: exp.binding.task_id,
+      actual: w.binding,
       p: presence(w.binding, exp.binding),
     });
   }

@@ -19,10 +19,11 @@
  * - `resourceMarkerSha256`: the ownership-marker hash of a resource key.
  */
 import { canonicalJson, parseCanonical } from '../../canonical/canonical-json';
-import { domainHash, evidenceHash } from '../../canonical/hash';
+import { domainHash, evidenceHash, rowHash } from '../../canonical/hash';
 import { compareCanonicalKeys } from '../../canonical/sorted-lists';
 import type { StepEvidence, StepFailure, StepRequestByKind } from '../../canonical/types';
 import { validateStepEvidence, validateStepFailure, validateStepRequest } from '../../canonical/validate';
+import { VerifiedMemo } from '../binding-cache';
 import { recordedEvidence } from '../evidence-memo';
 import { ConflictError, ValidationError } from '../../domain/errors';
 import type { StepKind, StepState } from '../../domain/vocab';
@@ -53,6 +54,24 @@ export interface ObservedRow {
   key: string;
   /** `rowHash()` of the row as found; null: proven absent. */
   row_sha256: string | null;
+}
+
+/**
+ * One of a step's own effect rows as found beside the row expected (`p`), not yet hashed: a success path only asks
+ * whether each row is ours, and only a failure records the rows' hashes (`observedRowsOf`). Hashing every row on
+ * every check cost a canonicalization and a SHA-256 per row, three to five times per creation.
+ */
+export interface OwnRow<P extends string = string> {
+  table: string;
+  key: string;
+  /** The row document as read; null: absent. */
+  actual: object | null;
+  p: P;
+}
+
+/** The rows as evidence names them: each one's `rowHash()` as found, null when absent. */
+export function observedRowsOf(own: readonly OwnRow[]): ObservedRow[] {
+  return own.map((o) => ({ table: o.table, key: o.key, row_sha256: o.actual && rowHash(o.actual) }));
 }
 
 interface StepIdentity {
@@ -202,11 +221,19 @@ export function requestOf<K extends StepKind>(claim: StepClaim, kind: K): StepRe
   return claim.request as StepRequestByKind[K];
 }
 
-/** A stored step's request, re-validated from its bytes and narrowed to its kind. */
+/**
+ * A stored step's request, re-validated from its bytes and narrowed to its kind. Memoised per step on the kind and
+ * the stored text (binding-cache.ts): the same bytes always validate to the same request, and a batch, both phases of
+ * Complete and the launch read one step's request about ten times per creation (its locks, its world, its check).
+ */
 export function stepRequestOf<K extends StepKind>(step: StepRow, kind: K): StepRequestByKind[K] {
   if (step.kind !== kind) throw new Error(`expected a ${kind} step, got ${step.kind}`);
-  return validateStepRequest(kind, parseCanonical(step.request_json));
+  return parsedRequests.get(step.id, [kind, step.request_json], () =>
+    validateStepRequest(kind, parseCanonical(step.request_json)),
+  ) as StepRequestByKind[K];
 }
+
+const parsedRequests = new VerifiedMemo<StepRequestByKind[StepKind]>();
 
 /** The owner columns every effect row of a step carries. */
 export interface EffectOwner {
