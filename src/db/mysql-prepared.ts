@@ -43,12 +43,20 @@ const connections = new WeakMap<object, ConnState | null>();
 function connState(conn: object): ConnState | null {
   let s = connections.get(conn);
   if (s === undefined) {
-    // mysql2 keeps the server's handshake: MariaDB names itself in its version ("5.5.5-10.11.19-MariaDB-...").
-    const version = (conn as { _handshakePacket?: { serverVersion?: unknown } })._handshakePacket?.serverVersion;
-    s = typeof version === 'string' && /MariaDB/i.test(version) ? { names: new Set() } : null;
+    // mysql2 keeps the server's handshake: MariaDB names itself in its version.
+    s = isMariaDbConnection(conn) ? { names: new Set() } : null;
     connections.set(conn, s);
   }
   return s;
+}
+
+/**
+ * Whether a mysql2 connection's server is MariaDB (its handshake's version names it, "5.5.5-10.11.19-MariaDB-..."),
+ * whose supported versions (10.11 and later) answer `INSERT ... RETURNING`; MySQL 8 does not.
+ */
+export function isMariaDbConnection(conn: object): boolean {
+  const version = (conn as { _handshakePacket?: { serverVersion?: unknown } })._handshakePacket?.serverVersion;
+  return typeof version === 'string' && /MariaDB/i.test(version);
 }
 
 export interface MysqlBatchTexts {

@@ -58,6 +58,7 @@ import {
   dbReader,
   EFFECT_ROW_UNIQUES,
   firstReadsOf,
+  insertAnswering,
   takeLocks,
   txReader,
   type LockNeed,
@@ -192,30 +193,40 @@ function insertSessionRowsLocked(tx: Tx, req: Req, exp: Expected, w: World): voi
   if (w.session === null) {
     const s = exp.session;
     writes.push(
-      tx.exec(
-        `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id, agent_profile_id,
-                                  launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now}, ${tx.now})`,
-        [
-          s.id,
-          s.task_id,
-          s.workspace_id,
-          s.environment_id,
-          s.executor_id,
-          s.executor_profile_id,
-          s.agent_profile_id,
-          s.launch_config_sha256,
-          s.state,
-          s.operation_id,
-          s.step_id,
-        ],
+      insertAnswering(
+        tx,
+        {
+          sql: `INSERT INTO task_sessions (id, task_id, workspace_id, environment_id, executor_id, executor_profile_id,
+                  agent_profile_id, launch_config_sha256, state, operation_id, step_id, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${tx.now}, ${tx.now})`,
+          params: [
+            s.id,
+            s.task_id,
+            s.workspace_id,
+            s.environment_id,
+            s.executor_id,
+            s.executor_profile_id,
+            s.agent_profile_id,
+            s.launch_config_sha256,
+            s.state,
+            s.operation_id,
+            s.step_id,
+          ],
+        },
+        { table: 'task_sessions', columns: SESSION_COLUMNS, where: 'id = ?', params: [s.id] },
       ),
     );
   }
   for (const [i, m] of exp.markers.entries()) {
     if (w.markers[i]) continue;
-    const insert = markerInsert(tx, m);
-    writes.push(tx.exec(insert.sql, [...insert.params]));
+    writes.push(
+      insertAnswering(tx, markerInsert(tx, m), {
+        table: 'task_resource_markers',
+        columns: MARKER_COLUMNS,
+        where: 'resource_key = ?',
+        params: [m.resource_key],
+      }),
+    );
   }
   tx.checkLater(
     Promise.all([readWorld(read, req, exp), ...writes]).then(([after]) => {

@@ -36,11 +36,18 @@ import {
   type EffectObservation,
   type EffectOutcome,
 } from '../../store/effects/recording';
-import { readEnvironmentRepos, rowHash } from '../../store/effects/row-documents';
+import {
+  BINDING_COLUMNS,
+  BLOCKER_COLUMNS,
+  GROUP_MEMBER_COLUMNS,
+  readEnvironmentRepos,
+  rowHash,
+} from '../../store/effects/row-documents';
 import {
   dbReader,
   EFFECT_ROW_UNIQUES,
   firstReadsOf,
+  insertAnswering,
   takeLocks,
   txReader,
   type LockNeed,
@@ -59,34 +66,59 @@ import {
 
 export { expectedAttachmentRows } from './rows';
 
-/** Issues every missing insert at once (no await in between), so the reads issued next follow them in one round trip. */
+/**
+ * Issues every missing insert at once (no await in between), so the reads issued next follow them in one round trip;
+ * where the server answers `INSERT ... RETURNING`, each insert answers its row's read-back (ADR 0051).
+ */
 function insertMissing(tx: Tx, exp: Expected, w: World): Promise<number[]> {
   const now = tx.now;
   const writes: Promise<number>[] = [];
   for (const [i, b] of exp.blockers.entries()) {
     if (w.blockers[i]) continue;
     writes.push(
-      tx.exec(
-        `INSERT INTO task_blockers (task_id, blocker_task_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
-        [b.task_id, b.blocker_task_id, b.workspace_id, b.operation_id, b.step_id],
+      insertAnswering(
+        tx,
+        {
+          sql: `INSERT INTO task_blockers (task_id, blocker_task_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
+          params: [b.task_id, b.blocker_task_id, b.workspace_id, b.operation_id, b.step_id],
+        },
+        {
+          table: 'task_blockers',
+          columns: BLOCKER_COLUMNS,
+          where: 'task_id = ? AND blocker_task_id = ?',
+          params: [b.task_id, b.blocker_task_id],
+        },
       ),
     );
   }
   for (const [i, m] of exp.members.entries()) {
     if (w.members[i]) continue;
     writes.push(
-      tx.exec(
-        `INSERT INTO workspace_group_members (group_id, task_id, workspace_id, role, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ${now})`,
-        [m.group_id, m.task_id, m.workspace_id, m.role, m.operation_id, m.step_id],
+      insertAnswering(
+        tx,
+        {
+          sql: `INSERT INTO workspace_group_members (group_id, task_id, workspace_id, role, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ${now})`,
+          params: [m.group_id, m.task_id, m.workspace_id, m.role, m.operation_id, m.step_id],
+        },
+        {
+          table: 'workspace_group_members',
+          columns: GROUP_MEMBER_COLUMNS,
+          where: 'group_id = ? AND task_id = ?',
+          params: [m.group_id, m.task_id],
+        },
       ),
     );
   }
   if (exp.binding !== null && w.binding === null) {
     const e = exp.binding;
     writes.push(
-      tx.exec(
-        `INSERT INTO task_environment_bindings (task_id, environment_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
-        [e.task_id, e.environment_id, e.workspace_id, e.operation_id, e.step_id],
+      insertAnswering(
+        tx,
+        {
+          sql: `INSERT INTO task_environment_bindings (task_id, environment_id, workspace_id, operation_id, step_id, created_at) VALUES (?, ?, ?, ?, ?, ${now})`,
+          params: [e.task_id, e.environment_id, e.workspace_id, e.operation_id, e.step_id],
+        },
+        { table: 'task_environment_bindings', columns: BINDING_COLUMNS, where: 'task_id = ?', params: [e.task_id] },
       ),
     );
   }

@@ -39,6 +39,27 @@ export interface LockNeed {
   reads?: string;
 }
 
+/**
+ * Inserts one effect row whose read-back follows (ADR 0051). Where the server answers `INSERT ... RETURNING`
+ * (`Tx.insertReturning`: PostgreSQL, MariaDB) the insert returns `read.columns` of the row as stored, and that answer
+ * stands for the row's plain read (`rowRead(table, columns, where)` with `read.params`) until a write to its table:
+ * the read-back is answered with no statement of its own, as a lock's read answers it (ADR 0032). The row is this
+ * transaction's (it inserted it, under the locks its caller took), so a read after the insert could only answer
+ * the same. MySQL 8 inserts, and the read-back reads, as before. Answers the rows the insert affected.
+ */
+export async function insertAnswering(
+  tx: Tx,
+  insert: Statement,
+  read: { table: string; columns: string; where: string; params: SqlParam[] },
+): Promise<number> {
+  if (!tx.insertReturning) return tx.exec(insert.sql, [...insert.params]);
+  const [res] = await tx.batchAnswering(
+    [{ sql: `${insert.sql} RETURNING ${read.columns}`, params: insert.params }],
+    [{ sql: rowRead(read.table, read.columns, read.where), params: read.params }],
+  );
+  return res?.affected ?? 0;
+}
+
 /** The plain read of the row(s) a lock need names, as a need with `reads` answers it (ADR 0032). */
 export function rowRead(table: string, columns: string, where: string): string {
   return `SELECT ${columns} FROM ${table} WHERE ${where}`;
