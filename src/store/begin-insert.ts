@@ -63,7 +63,7 @@ export type InsertResult =
  */
 type Attempt =
   | Exclude<InsertResult, { kind: 'created' }>
-  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { committed: Promise<StatementResult[]> })
+  | (Omit<Extract<InsertResult, { kind: 'created' }>, 'task'> & { committed: Promise<StatementResult | undefined> })
   | { kind: 'committed_earlier' };
 
 /** One multi-row INSERT, or null for no rows. */
@@ -387,7 +387,7 @@ function insertCreationRowsLocked(tx: Tx, input: InsertInput, docs: BoundDocumen
   const steps: PlannedStep[] = plan.steps.map((s) => ({ id: input.newId(), kind: s.kind, step_key: s.step_key }));
   // Inserts (all keys above are held).
   const t = rows.tasks;
-  // Sent with COMMIT, in this order, with the view of the new task last: one round trip (Tx.commitWith); a unique
+  // Sent with COMMIT, in this order, with the view of the new task (below): one round trip (Tx.commitWith); a unique
   // violation stops the rest and rolls everything back (an external ID taken meanwhile restarts Begin).
   const statements = [
     insertStatement(
@@ -495,16 +495,25 @@ function insertCreationRowsLocked(tx: Tx, input: InsertInput, docs: BoundDocumen
       ['created_at', 'updated_at'],
     ),
   ].filter((x): x is Statement => x !== null);
-  const committed = tx.commitWith([
-    ...statements,
-    { sql: `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, params: [plan.task_id] },
-  ]);
+  // The new task's view: returned by the task's insert where the server answers INSERT ... RETURNING (ADR 0051),
+  // else read after the inserts, closing the list.
+  const fromInsert = tx.insertReturning;
+  const taskInsert = statements[0]!;
+  if (fromInsert) statements[0] = { ...taskInsert, sql: `${taskInsert.sql} RETURNING ${TASK_VIEW_COLUMNS}` };
+  const results = tx.commitWith(
+    fromInsert
+      ? statements
+      : [...statements, { sql: `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, params: [plan.task_id] }],
+  );
+  const committed = results.then((r) => r[fromInsert ? 0 : r.length - 1]);
+  // Handled here as `commitWith`'s own promise is: a transaction that does not commit never asks for it.
+  committed.catch(() => undefined);
   return { kind: 'created', manifestHash: docs.plan.sha256, actorBindingHash: docs.actor.sha256, committed, steps };
 }
 
-/** The new task's view, read with the inserts (the last of `commitWith`'s results). */
-function createdView(taskId: string, results: StatementResult[]): TaskView {
-  const row = results[results.length - 1]?.rows[0] as TaskViewRow | undefined;
+/** The new task's view, as the transaction that inserted it answered it (`insertCreationRowsLocked`). */
+function createdView(taskId: string, result: StatementResult | undefined): TaskView {
+  const row = result?.rows[0] as TaskViewRow | undefined;
   if (!row) throw new Error(`task ${taskId} is not readable in the transaction that inserted it`);
   return toTaskView(row);
 }

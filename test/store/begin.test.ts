@@ -9,7 +9,7 @@ import { GitError } from '../../src/git/rev-parse';
 import { beginTaskCreation } from '../../src/store/begin';
 import { completeTaskCreation } from '../../src/store/complete';
 import { count, sql, useTestDb } from '../support/db';
-import { countRoundTrips } from '../support/round-trips';
+import { countRoundTrips, sentStatements } from '../support/round-trips';
 import { killWhileInserting } from '../support/db-faults';
 import { TASK_VIEW_COLUMNS } from '../../src/store/task-view';
 import { begin, driveAllSteps, expectTyped } from '../support/ledger';
@@ -132,6 +132,20 @@ describe('BeginTaskCreation outcomes', () => {
     const stored = await sql(t.db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [res.task.id]);
     expect({ ...stored[0], creation_complete: false }).toEqual(res.task);
     expect(res.task.title).toBe('counted');
+  });
+
+  it("the new task's view is its insert's answer: no read of the task follows the inserts (ADR 0051)", async () => {
+    const ws = await seedWorkspace(t.db);
+    const sent = sentStatements(t.db);
+    const res = await begin(t.db, ws, { title: 'returned', description: 'ünïcødé ✓' });
+    vi.restoreAllMocks();
+    const viewReads = sent.filter((s) => s.startsWith(`SELECT ${TASK_VIEW_COLUMNS} FROM tasks`));
+    // PostgreSQL and MariaDB (this suite's dialects) answer INSERT ... RETURNING; MySQL 8 would read the view.
+    expect(viewReads).toEqual([]);
+    expect(sent.filter((s) => /^INSERT INTO tasks [\s\S]* RETURNING id, workspace_id, title/.test(s))).toHaveLength(1);
+    const stored = await sql(t.db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [res.task.id]);
+    expect({ ...stored[0], creation_complete: false }).toEqual(res.task);
+    expect(res.task.description).toBe('ünïcødé ✓');
   });
 
   it('a retried external ID returns FoundUnsettled, then FoundSettled, writing nothing', async () => {
