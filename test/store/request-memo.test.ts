@@ -1,10 +1,11 @@
 /**
- * A stored step's request is parsed and validated once per step while its bytes are unchanged
- * (`stepRequestOf`, store/effects/recording.ts; ADR 0050): a batch, both phases of Complete and the launch read one
- * step's request about ten times per creation, and each read re-parsed, re-canonicalized and re-validated the same
- * text. A hit needs the identical kind and text; changed bytes are validated from scratch, and rejected when they
- * are not a valid request. A stored text `parseCanonical` accepted is hashed as it is (`canonicalTextHash`), the same
- * hash as its document's. Pure: no database is involved, so there is no dialect to run it on.
+ * A stored step's request is parsed and validated once per step while its bytes are unchanged (`parsedStepRequest`,
+ * store/step-rows.ts, behind `stepRequestOf` and the derivation `verifyStepRequest` memoises; ADR 0050): a batch,
+ * both phases of Complete and the launch read one step's request about ten times per creation, and each read
+ * re-parsed, re-canonicalized and re-validated the same text. A hit needs the identical kind and text; changed bytes
+ * are validated from scratch, and rejected when they are not a valid request. A stored text `parseCanonical`
+ * accepted is hashed as it is (`canonicalTextHash`), the same hash as its document's. Pure: no database is
+ * involved, so there is no dialect to run it on.
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';

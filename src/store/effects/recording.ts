@@ -18,18 +18,17 @@
  * - `assertClaimLiveLocked`: the claim CAS predicate without a write.
  * - `resourceMarkerSha256`: the ownership-marker hash of a resource key.
  */
-import { canonicalJson, parseCanonical } from '../../canonical/canonical-json';
+import { canonicalJson } from '../../canonical/canonical-json';
 import { domainHash, evidenceHash, rowHash } from '../../canonical/hash';
 import { compareCanonicalKeys } from '../../canonical/sorted-lists';
 import type { StepEvidence, StepFailure, StepRequestByKind } from '../../canonical/types';
-import { validateStepEvidence, validateStepFailure, validateStepRequest } from '../../canonical/validate';
-import { VerifiedMemo } from '../binding-cache';
+import { validateStepEvidence, validateStepFailure } from '../../canonical/validate';
 import { recordedEvidence } from '../evidence-memo';
 import { ConflictError, ValidationError } from '../../domain/errors';
 import type { StepKind, StepState } from '../../domain/vocab';
 import type { Tx } from '../../db/tx';
 import { casFromRunning, claimLivePredicate, type ClaimContext } from '../claimed';
-import { requireCompensationLocked } from '../step-rows';
+import { parsedStepRequest, requireCompensationLocked } from '../step-rows';
 import { retryDelayMs } from '../step-results';
 import type { StepClaim, StepRow } from '../types';
 
@@ -222,18 +221,13 @@ export function requestOf<K extends StepKind>(claim: StepClaim, kind: K): StepRe
 }
 
 /**
- * A stored step's request, re-validated from its bytes and narrowed to its kind. Memoised per step on the kind and
- * the stored text (binding-cache.ts): the same bytes always validate to the same request, and a batch, both phases of
- * Complete and the launch read one step's request about ten times per creation (its locks, its world, its check).
+ * A stored step's request, validated from its bytes and narrowed to its kind: `parsedStepRequest`, memoised on the
+ * kind and the stored text (ADR 0050).
  */
 export function stepRequestOf<K extends StepKind>(step: StepRow, kind: K): StepRequestByKind[K] {
   if (step.kind !== kind) throw new Error(`expected a ${kind} step, got ${step.kind}`);
-  return parsedRequests.get(step.id, [kind, step.request_json], () =>
-    validateStepRequest(kind, parseCanonical(step.request_json)),
-  ) as StepRequestByKind[K];
+  return parsedStepRequest(step) as StepRequestByKind[K];
 }
-
-const parsedRequests = new VerifiedMemo<StepRequestByKind[StepKind]>();
 
 /** The owner columns every effect row of a step carries. */
 export interface EffectOwner {
