@@ -96,9 +96,24 @@ function peerCheck(r: DialectResult): TargetCheck {
   return {
     name,
     met: ratio >= TARGETS.peerRatio,
-    detail: `${fmt(ratio, 2)}× (${fmt(db.creationsPerSecond)} creations/s; DBOS ${fmt(r.peer.perSecond)} workflows/s, ${fmt(r.peer.before.perSecond)} before and ${fmt(r.peer.after.perSecond)} after)`,
+    detail: `${fmt(ratio, 2)}× (${fmt(db.creationsPerSecond)} creations/s; DBOS ${fmt(r.peer.perSecond)} workflows/s, ${fmt(r.peer.before.perSecond)} before and ${fmt(r.peer.after.perSecond)} after${peerDrift(db.creationsPerSecond, r.peer)})`,
   };
 }
+
+/**
+ * How far the peer moved between its run before and its run after the dialect's measurement, when that is more than
+ * PEER_DRIFT of their mean: the ratio against each run alone, so a reader sees how much of a ratio is the peer's own
+ * drift (on a VM whose speed changes within minutes, DBOS went from 130 to 176 workflows/s across one measurement).
+ */
+function peerDrift(creationsPerSecond: number, peer: { before: PeerRun; after: PeerRun; perSecond: number }): string {
+  const moved = Math.abs(peer.after.perSecond - peer.before.perSecond) / peer.perSecond;
+  if (!(moved > PEER_DRIFT)) return '';
+  const against = (run: PeerRun) => `${fmt(creationsPerSecond / run.perSecond, 2)}×`;
+  return `; the peer moved ${fmt(moved * 100, 0)} % between them: ${against(peer.before)} against the run before alone, ${against(peer.after)} against the one after`;
+}
+
+/** A change of the peer's speed between its two runs, as a share of their mean, above which the report names it. */
+const PEER_DRIFT = 0.1;
 
 function serialCheck(r: DialectResult, peerSerial: PeerRun | null): TargetCheck {
   const goal = peerSerial ? `DBOS's ${fmt(peerSerial.p50Ms)} ms in this run` : 'DBOS’s';
