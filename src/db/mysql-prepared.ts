@@ -50,13 +50,29 @@ function connState(conn: object): ConnState | null {
   return s;
 }
 
-/**
- * Whether a mysql2 connection's server is MariaDB (its handshake's version names it, "5.5.5-10.11.19-MariaDB-..."),
- * whose supported versions (10.11 and later) answer `INSERT ... RETURNING`; MySQL 8 does not.
- */
-export function isMariaDbConnection(conn: object): boolean {
+/** The server version a mysql2 connection's handshake names ("5.5.5-10.11.19-MariaDB-0+deb12u1", "8.4.3"). */
+function serverVersion(conn: object): string | null {
   const version = (conn as { _handshakePacket?: { serverVersion?: unknown } })._handshakePacket?.serverVersion;
-  return typeof version === 'string' && /MariaDB/i.test(version);
+  return typeof version === 'string' ? version : null;
+}
+
+/** Whether a mysql2 connection's server is MariaDB: its handshake's version names it; MySQL 8's does not. */
+export function isMariaDbConnection(conn: object): boolean {
+  return /MariaDB/i.test(serverVersion(conn) ?? '');
+}
+
+/**
+ * Whether a mysql2 connection's server answers `INSERT ... RETURNING`: MariaDB from 10.5 on (its handshake reads
+ * "5.5.5-<major>.<minor>.<patch>-MariaDB..." behind the old replication prefix). MySQL 8 never does; a version
+ * this cannot read counts as no.
+ */
+export function answersInsertReturning(conn: object): boolean {
+  const version = serverVersion(conn);
+  if (version === null || !/MariaDB/i.test(version)) return false;
+  const m = /(?:^5\.5\.5-)?(\d+)\.(\d+)\.\d+/.exec(version);
+  if (!m) return false;
+  const [major, minor] = [Number(m[1]), Number(m[2])];
+  return major > 10 || (major === 10 && minor >= 5);
 }
 
 export interface MysqlBatchTexts {

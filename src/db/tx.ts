@@ -40,7 +40,7 @@ import { checkedFailure, checkedStatements } from './checked-commit';
 import { EarlyReads, isPlainRead, KeptAnswers } from './early-reads';
 import { Expectations, type Tracked } from './expectations';
 import { Coalescer, type Queued } from './coalesce';
-import { isMariaDbConnection } from './mysql-prepared';
+import { answersInsertReturning } from './mysql-prepared';
 
 export interface Db {
   readonly ds: DataSource;
@@ -123,9 +123,9 @@ export class Tx {
     private readonly qr: QueryRunner,
     readonly dialect: Dialect,
     /**
-     * The server answers `INSERT ... RETURNING` (PostgreSQL; MariaDB 10.5 and later, told by its handshake): an
-     * insert can return the row as stored, which then answers the row's read-back (`insertAnswering`, ADR 0051).
-     * False for MySQL 8.
+     * The server answers `INSERT ... RETURNING` (PostgreSQL; MariaDB 10.5 and later, told by its handshake:
+     * `answersInsertReturning`): an insert can return the row as stored, which then answers the row's read-back
+     * (`insertAnswering`, ADR 0051). False for MySQL 8.
      */
     readonly insertReturning = dialect === 'postgres',
   ) {}
@@ -741,7 +741,7 @@ export async function runTransaction<T>(
       await ensureSession(qr, db.dialect);
       // READ COMMITTED is every connection's session default (ensureSession, data-source.ts).
       // START TRANSACTION goes out with the transaction's first statements (Tx.send).
-      tx = new Tx(qr, db.dialect, db.dialect === 'postgres' || isMariaDbConnection(conn));
+      tx = new Tx(qr, db.dialect, db.dialect === 'postgres' || answersInsertReturning(conn));
       const result = await fn(tx);
       // Compare-and-sets (and fences, and with final writes every statement) still unsent travel with COMMIT,
       // a check made to fail on a wrong count (src/db/checked-commit.ts).

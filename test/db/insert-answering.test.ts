@@ -7,6 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { answersInsertReturning } from '../../src/db/mysql-prepared';
 import { runTransaction, type Tx } from '../../src/db/tx';
 import { insertAnswering, rowRead } from '../../src/store/effects/row-locks';
 import { sentStatements } from '../support/round-trips';
@@ -81,5 +82,17 @@ describe('an insert that answers its read-back', () => {
     expect(readBack).toEqual([{ id, workspace_id: ws, name: 'plain' }]);
     expect(sent.some((s) => /RETURNING/.test(s))).toBe(false);
     expect(plainReads(sent)).toHaveLength(1);
+  });
+
+  it('is used on MariaDB 10.5 and later only, told by the server handshake; never on MySQL 8', () => {
+    const server = (serverVersion: unknown) => ({ _handshakePacket: { serverVersion } });
+    expect(answersInsertReturning(server('5.5.5-10.11.19-MariaDB-0+deb12u1'))).toBe(true);
+    expect(answersInsertReturning(server('5.5.5-10.5.0-MariaDB'))).toBe(true);
+    expect(answersInsertReturning(server('11.4.2-MariaDB'))).toBe(true);
+    expect(answersInsertReturning(server('5.5.5-10.4.32-MariaDB'))).toBe(false);
+    expect(answersInsertReturning(server('8.4.3'))).toBe(false);
+    expect(answersInsertReturning(server('8.0.36-0ubuntu0.22.04.1'))).toBe(false);
+    expect(answersInsertReturning(server(undefined))).toBe(false);
+    expect(answersInsertReturning({})).toBe(false);
   });
 });
