@@ -57,7 +57,7 @@ function serverVersion(conn: object): string | null {
 }
 
 /** Whether a mysql2 connection's server is MariaDB: its handshake's version names it; MySQL 8's does not. */
-export function isMariaDbConnection(conn: object): boolean {
+function isMariaDbConnection(conn: object): boolean {
   return /MariaDB/i.test(serverVersion(conn) ?? '');
 }
 
@@ -67,9 +67,8 @@ export function isMariaDbConnection(conn: object): boolean {
  * this cannot read counts as no.
  */
 export function answersInsertReturning(conn: object): boolean {
-  const version = serverVersion(conn);
-  if (version === null || !/MariaDB/i.test(version)) return false;
-  const m = /(?:^5\.5\.5-)?(\d+)\.(\d+)\.\d+/.exec(version);
+  if (!isMariaDbConnection(conn)) return false;
+  const m = /(?:^5\.5\.5-)?(\d+)\.(\d+)\.\d+/.exec(serverVersion(conn)!);
   if (!m) return false;
   const [major, minor] = [Number(m[1]), Number(m[2])];
   return major > 10 || (major === 10 && minor >= 5);

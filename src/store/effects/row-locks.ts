@@ -41,7 +41,7 @@ export interface LockNeed {
 
 /**
  * Inserts one effect row whose read-back follows (ADR 0051). Where the server answers `INSERT ... RETURNING`
- * (`Tx.insertReturning`: PostgreSQL, MariaDB) the insert returns `read.columns` of the row as stored, and that answer
+ * (`Tx.insertReturning`: PostgreSQL, MariaDB 10.5+) the insert returns `read.columns` of the row as stored, and that answer
  * stands for the row's plain read (`rowRead(table, columns, where)` with `read.params`) until a write to its table:
  * the read-back is answered with no statement of its own, as a lock's read answers it (ADR 0032). The row is this
  * transaction's (it inserted it, under the locks its caller took), so a read after the insert could only answer
