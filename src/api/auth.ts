@@ -22,7 +22,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { UUID_PATTERN } from '../canonical/schemas/fragments';
 import type { Db } from '../db/tx';
-import { authenticateToken } from '../store/actor';
+import { authenticateToken, tokenSha256 } from '../store/actor';
 import type { Principal, PrincipalLookup } from '../store/types';
 import { forbidden, notFound, unauthorized } from './errors';
 
@@ -93,7 +93,10 @@ export function installAuth(scope: FastifyInstance, db: Db, adminToken: string |
       if (adminToken === null || !tokenEquals(token, adminToken)) {
         // One read however often it is asked for (Begin, then the error handler).
         let read: Promise<Principal> | null = null;
-        request.principalLookup = { lookup: () => (read ??= principalOrUnauthorized(db, adminToken, token)) };
+        request.principalLookup = {
+          lookup: () => (read ??= principalOrUnauthorized(db, adminToken, token)),
+          tokenSha256: tokenSha256(token),
+        };
         return;
       }
     }

@@ -41,7 +41,23 @@ export interface InsertInput {
   externalId: string | null;
   completionTokenSha256: string;
   newId: () => string;
+  /**
+   * A plan built from remembered context (ADR 0052, begin-context-cache.ts): the fence that checks what the
+   * transaction's own fences do not. When it fails, `StaleContext` is thrown instead of starting over: the plan
+   * itself may be wrong, so Begin builds it again from fresh reads.
+   */
+  contextFence?: Statement;
 }
+
+/** A fence of a remembered context failed (ADR 0052): nothing was written; Begin starts over from fresh reads. */
+export class StaleContext extends Error {
+  constructor() {
+    super('Begin: a remembered context no longer holds');
+    this.name = 'StaleContext';
+  }
+}
+
+const staleContext = () => new StaleContext();
 
 /**
  * The operation row's plan and actor documents, each canonicalized once for both its stored text and its hash (the
@@ -205,6 +221,11 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           return { kind: 'committed_earlier' };
         }
       }
+      // A plan from remembered context is checked again, as its first attempt was (the checks below cover the rest).
+      if (input.contextFence) {
+        const fresh = await tx.rows(input.contextFence.sql, [...input.contextFence.params]);
+        if (fresh.length !== 1) throw staleContext();
+      }
       // Tiers 1 (the workspace fence, shared: creations run in parallel; deletion takes it exclusively), 1.5 (the
       // actor's authority), 2 (the placement's admission row) and 4.1 (archive / deletion membership barriers
       // covering this workspace): issued together in lock order, one round trip (Tx.batch), then checked in that
@@ -324,7 +345,7 @@ async function createdEarlier(db: Db, input: InsertInput, docs: BoundDocuments):
 }
 
 /** Why Begin's one-round-trip attempt did not commit: it starts over, and the checks above answer precisely. */
-const fenceFailed = () => new RestartCommand('Begin: a fence checked on the server failed');
+const restartChecked = () => new RestartCommand('Begin: a fence checked on the server failed');
 
 /**
  * Begin's common case (no external ID, no parent or blockers) in one round trip (ADR 0028): every lock and fence
@@ -336,6 +357,10 @@ const fenceFailed = () => new RestartCommand('Begin: a fence checked on the serv
  */
 function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, docs: BoundDocuments): Attempt {
   const { plan } = input.built;
+  // A plan from remembered context (ADR 0052): its own fence failing means the plan may be wrong, so Begin builds
+  // it again from fresh reads; any other fence restarts on the checked path, which checks this one first.
+  if (input.contextFence) tx.expect(input.contextFence, 1, staleContext);
+  const fenceFailed = restartChecked;
   tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
   tx.expect(
     { sql: `SELECT id FROM workspaces WHERE id = ? AND state = 'active' ${tx.forShare}`, params: [plan.workspace_id] },

@@ -15,6 +15,12 @@
  * the workspace known active. A known Principal is authorized before
  * anything is read; Git runs only for an authorized caller.
  *
+ * A request of the common shape whose every reference this process read
+ * before builds its plan from those answers with no read at all, and its one
+ * transaction checks each of them (ADR 0052, begin-context-cache.ts); a fact
+ * that no longer holds writes nothing and sends the request down the path
+ * above, from fresh reads.
+ *
  * Returns `{task, outcome, handle}`; the handle is non-null only for Created.
  */
 import { randomUUID } from 'node:crypto';
@@ -26,7 +32,10 @@ import { validateCreateRequest } from '../plan/create-request';
 import { normalizeExternalId } from '../plan/external-id';
 import { actorDocumentFor, mayUseWorkspace } from './actor';
 import { resolvePlanContext } from './begin-context';
-import { insertCreation } from './begin-insert';
+import { contextCacheOf } from './begin-context-cache';
+import { insertCreation, StaleContext, type InsertInput } from './begin-insert';
+import type { BuiltPlan } from '../plan/build-plan';
+import type { CreateTaskRequest } from '../plan/create-request';
 import { findByExternalId, isSettled } from './task-view';
 import type { BeginResult, Caller, CreationHandle, Principal } from './types';
 
@@ -94,7 +103,115 @@ function foundResult(task: NonNullable<Awaited<ReturnType<typeof findByExternalI
   };
 }
 
+/**
+ * Begin from remembered context (ADR 0052): the result, or null when this request cannot take that path (a shape
+ * the memory does not answer, a fact not remembered, anything refused) or a fence found a remembered fact no longer
+ * true. Null means nothing was written: the caller runs the path from fresh reads, which answers as it always did.
+ */
+async function beginFromMemory(
+  db: Db,
+  caller: Caller,
+  raw: unknown,
+  deps: BeginDeps,
+  handedOut: string[],
+): Promise<BeginResult | null> {
+  const cache = contextCacheOf(db);
+  const tokenSha256 = 'lookup' in caller ? (caller.tokenSha256 ?? null) : null;
+  const principal = 'lookup' in caller ? (tokenSha256 === null ? undefined : cache.principal(tokenSha256)) : caller;
+  const workspaceId = namedWorkspace(raw);
+  if (principal === undefined || workspaceId === null || !mayUseWorkspace(principal, workspaceId)) return null;
+  // The IDs handed out here are handed out again, in the same order, to the path from fresh reads should this one
+  // give way: that path makes the same calls for the same request, so a fallback plans exactly the same IDs.
+  const source = deps.newId ?? randomUUID;
+  const newId = () => {
+    const id = source();
+    handedOut.push(id);
+    return id;
+  };
+  let req: CreateTaskRequest;
+  let built: BuiltPlan;
+  let remembered;
+  try {
+    if (normalizeExternalId((raw as Record<string, unknown>).external_id) !== null) return null;
+    req = validateCreateRequest(raw);
+    const taskId = req.task_id ?? newId();
+    remembered = cache.context(req, principal, tokenSha256, { taskId, dataDir: deps.dataDir, newId });
+    if (remembered === null) return null;
+    built = buildCreationPlan(req, remembered.ctx);
+  } catch {
+    // Whatever is wrong with it is answered by the path from fresh reads, in its order.
+    return null;
+  }
+  try {
+    return await insertAndAnswer(db, {
+      built,
+      actor: actorDocumentFor(principal, workspaceId),
+      workspaceId,
+      newId,
+      contextFence: remembered.fence,
+    });
+  } catch (err) {
+    if (!(err instanceof StaleContext)) throw err;
+    cache.forget(req, tokenSha256);
+    return null;
+  }
+}
+
+/** An ID source that first hands out `ids` again, in order, then continues with `next`. */
+function replaying(ids: readonly string[], next: () => string): () => string {
+  let i = 0;
+  return () => (i < ids.length ? ids[i++]! : next());
+}
+
+/** Begin's transaction for a built plan, and its answer. */
+async function insertAndAnswer(
+  db: Db,
+  a: Pick<InsertInput, 'built' | 'actor' | 'newId' | 'contextFence'> & {
+    workspaceId: string;
+    externalId?: string | null;
+  },
+): Promise<BeginResult> {
+  const taskId = a.built.plan.task_id;
+  const token = newCompletionToken();
+  const operationId = a.newId();
+  const res = await insertCreation(db, {
+    operationId,
+    built: a.built,
+    actor: a.actor,
+    externalId: a.externalId ?? null,
+    completionTokenSha256: token.sha256,
+    newId: a.newId,
+    contextFence: a.contextFence,
+  });
+  if (res.kind === 'found')
+    return {
+      task: res.task,
+      outcome: res.outcome,
+      handle: null,
+      operationId: res.task.creation_operation_id,
+      steps: [],
+    };
+  if (res.kind === 'identity_reused') {
+    throw new TaskLedgerError('task_identity_reused', `task ID ${taskId} was already used; nothing was written`, {
+      task_id: taskId,
+    });
+  }
+  const handle: CreationHandle = Object.freeze({
+    operationId,
+    taskId,
+    workspaceId: a.workspaceId,
+    completionToken: token.token,
+    actorBindingHash: res.actorBindingHash,
+    manifestHash: res.manifestHash,
+  });
+  return { task: res.task, outcome: 'Created', handle, operationId, steps: res.steps };
+}
+
 export async function beginTaskCreation(db: Db, caller: Caller, raw: unknown, deps: BeginDeps): Promise<BeginResult> {
+  const handedOut: string[] = [];
+  const fromMemory = await beginFromMemory(db, caller, raw, deps, handedOut);
+  if (fromMemory !== null) return fromMemory;
+  if (handedOut.length > 0) deps = { ...deps, newId: replaying(handedOut, deps.newId ?? randomUUID) };
   // A caller whose token is still to be read has it read together with the workspace's state and the plan's
   // references: one round trip (ADR 0025). Reads only; Begin re-checks the authority and the workspace under its
   // locks. Nothing is reported before the caller is known and authorized, then the workspace known active: every
@@ -137,39 +254,15 @@ export async function beginTaskCreation(db: Db, caller: Caller, raw: unknown, de
     const { principal: known } = await admitted();
     const ctx = await context;
     const built = buildCreationPlan(req, ctx);
-    const actor = actorDocumentFor(known, workspaceId);
-    const token = newCompletionToken();
-    const operationId = newId();
-    const res = await insertCreation(db, {
-      operationId,
+    // Every read answered and the caller admitted: what they said may serve the next request (ADR 0052).
+    contextCacheOf(db).remember(req, ctx, known, 'lookup' in caller ? (caller.tokenSha256 ?? null) : null);
+    return await insertAndAnswer(db, {
       built,
-      actor,
-      externalId,
-      completionTokenSha256: token.sha256,
-      newId,
-    });
-    if (res.kind === 'found')
-      return {
-        task: res.task,
-        outcome: res.outcome,
-        handle: null,
-        operationId: res.task.creation_operation_id,
-        steps: [],
-      };
-    if (res.kind === 'identity_reused') {
-      throw new TaskLedgerError('task_identity_reused', `task ID ${taskId} was already used; nothing was written`, {
-        task_id: taskId,
-      });
-    }
-    const handle: CreationHandle = Object.freeze({
-      operationId,
-      taskId,
+      actor: actorDocumentFor(known, workspaceId),
       workspaceId,
-      completionToken: token.token,
-      actorBindingHash: res.actorBindingHash,
-      manifestHash: res.manifestHash,
+      newId,
+      externalId,
     });
-    return { task: res.task, outcome: 'Created', handle, operationId, steps: res.steps };
   } catch (err) {
     await admitted();
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {

@@ -34,6 +34,8 @@ export interface Principal {
  */
 export interface PrincipalLookup {
   lookup(): Promise<Principal>;
+  /** The token's SHA-256, when the caller presented one: Begin may know its principal already (ADR 0052). */
+  readonly tokenSha256?: string;
 }
 
 /** Who asks Begin: a known Principal, or one whose token is read alongside Begin's first reads. */

@@ -124,11 +124,11 @@ describe('BeginTaskCreation outcomes', () => {
     await begin(t.db, ws, { title: 'warm-up' });
     const trips = countRoundTrips(t.db);
     const res = await begin(t.db, ws, { title: 'counted' });
-    // The reads outside the transaction (the workspace's state, the workflow step) in one round trip (readRows
-    // gathers reads issued together), then one for the transaction (ADR 0028): the locks, the fences checked on
-    // the server, the operation row, task key and identity lock, the inserts, the view and COMMIT together (two
-    // before: the fences' answers came back before the inserts went).
-    expect(trips.calls).toBe(2);
+    // The warm-up's reads outside the transaction (the workspace's state, the workflow step) are remembered (ADR
+    // 0052), so only the transaction goes (ADR 0028): the locks, the fences checked on the server (the remembered
+    // context's among them), the operation row, task key and identity lock, the inserts, the view and COMMIT
+    // together (two before: the fences' answers came back before the inserts went).
+    expect(trips.calls).toBe(1);
     const stored = await sql(t.db, `SELECT ${TASK_VIEW_COLUMNS} FROM tasks WHERE id = ?`, [res.task.id]);
     expect({ ...stored[0], creation_complete: false }).toEqual(res.task);
     expect(res.task.title).toBe('counted');
