@@ -6,6 +6,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { connectionsLost } from './db/connection-loss';
+import { contextCounts, type ContextSource } from './store/begin-context-cache';
 
 /** Label values of `taskledger_creations_total{outcome}`. */
 export const CREATION_METRIC_OUTCOMES = [
@@ -56,6 +57,12 @@ export interface Metrics {
    * restarted, or answered `commit_outcome_unknown` if COMMIT was on the wire); read at scrape time.
    */
   connectionsLost: Counter;
+  /**
+   * `taskledger_begin_context_total{source}`: plans Begin built from this process's memory of the context
+   * (`memory`), from fresh reads (`fresh`), and attempts from memory that a fence found stale (`stale`, each
+   * followed by a `fresh` one); ADR 0052. Read at scrape time.
+   */
+  beginContext: Counter<'source'>;
 }
 
 /** Why these buckets: a found external ID answers in milliseconds; a creation
@@ -127,6 +134,7 @@ export function createMetrics(): Metrics {
       registers,
     }),
     connectionsLost: lostConnectionsCounter(registers),
+    beginContext: beginContextCounter(registers),
     httpRequests: new Histogram({
       name: 'taskledger_http_request_seconds',
       help: 'HTTP request duration, by route pattern, method and status code',
@@ -147,6 +155,23 @@ function lostConnectionsCounter(registers: Registry[]): Counter {
       const now = connectionsLost();
       if (now > reported) this.inc(now - reported);
       reported = now;
+    },
+  });
+}
+
+function beginContextCounter(registers: Registry[]): Counter<'source'> {
+  const reported: Record<ContextSource, number> = { memory: 0, fresh: 0, stale: 0 };
+  return new Counter({
+    name: 'taskledger_begin_context_total',
+    help: 'Plans Begin built from remembered context, from fresh reads, and remembered attempts found stale (ADR 0052)',
+    labelNames: ['source'],
+    registers,
+    collect() {
+      const now = contextCounts();
+      for (const source of ['memory', 'fresh', 'stale'] as const) {
+        if (now[source] > reported[source]) this.inc({ source }, now[source] - reported[source]);
+        reported[source] = now[source];
+      }
     },
   });
 }

@@ -223,6 +223,20 @@ function contextFence(
   return { sql: `SELECT 1 AS fresh FROM workspaces WHERE ${where.join(' AND ')}`, params };
 }
 
+/** Where Begin's plans came from in this process: memory, fresh reads, or memory that a fence found stale. */
+export type ContextSource = 'memory' | 'fresh' | 'stale';
+const sources: Record<ContextSource, number> = { memory: 0, fresh: 0, stale: 0 };
+
+/** Counts one plan's context by its source (read at scrape time: `taskledger_begin_context_total`). */
+export function countContext(source: ContextSource): void {
+  sources[source]++;
+}
+
+/** This process's counts since it started. */
+export function contextCounts(): Readonly<Record<ContextSource, number>> {
+  return { ...sources };
+}
+
 const caches = new WeakMap<Db, BeginContextCache>();
 
 /** This process's memory for one database. */

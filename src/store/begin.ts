@@ -32,7 +32,7 @@ import { validateCreateRequest } from '../plan/create-request';
 import { normalizeExternalId } from '../plan/external-id';
 import { actorDocumentFor, mayUseWorkspace } from './actor';
 import { resolvePlanContext } from './begin-context';
-import { contextCacheOf } from './begin-context-cache';
+import { contextCacheOf, countContext } from './begin-context-cache';
 import { insertCreation, StaleContext, type InsertInput } from './begin-insert';
 import type { BuiltPlan } from '../plan/build-plan';
 import type { CreateTaskRequest } from '../plan/create-request';
@@ -143,15 +143,18 @@ async function beginFromMemory(
     return null;
   }
   try {
-    return await insertAndAnswer(db, {
+    const res = await insertAndAnswer(db, {
       built,
       actor: actorDocumentFor(principal, workspaceId),
       workspaceId,
       newId,
       contextFence: remembered.fence,
     });
+    countContext('memory');
+    return res;
   } catch (err) {
     if (!(err instanceof StaleContext)) throw err;
+    countContext('stale');
     cache.forget(req, tokenSha256);
     return null;
   }
@@ -256,6 +259,7 @@ export async function beginTaskCreation(db: Db, caller: Caller, raw: unknown, de
     const built = buildCreationPlan(req, ctx);
     // Every read answered and the caller admitted: what they said may serve the next request (ADR 0052).
     contextCacheOf(db).remember(req, ctx, known, 'lookup' in caller ? (caller.tokenSha256 ?? null) : null);
+    countContext('fresh');
     return await insertAndAnswer(db, {
       built,
       actor: actorDocumentFor(known, workspaceId),

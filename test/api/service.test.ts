@@ -72,6 +72,7 @@ describe('health, readiness and metrics', () => {
       'taskledger_outbox_delivered_total',
       'taskledger_launches_total',
       'taskledger_http_request_seconds',
+      'taskledger_begin_context_total',
       'process_cpu_user_seconds_total',
     ]) {
       expect(text).toContain(`# TYPE ${name}`);

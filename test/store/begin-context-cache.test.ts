@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { canonicalJson } from '../../src/canonical/canonical-json';
 import type { Db } from '../../src/db/tx';
 import { tokenSha256 } from '../../src/store/actor';
-import { BeginContextCache, contextCacheOf } from '../../src/store/begin-context-cache';
+import { BeginContextCache, contextCacheOf, contextCounts } from '../../src/store/begin-context-cache';
 import type { CreateTaskRequest } from '../../src/plan/create-request';
 import type { PlanContext } from '../../src/plan/build-plan';
 import { count, sql, useTestDb } from '../support/db';
@@ -86,8 +86,12 @@ describe('Begin from remembered context (ADR 0052)', () => {
     const before = await begin(t.db, ws, agentInGroup(ws, 'before'));
     const changed = canonicalJson({ kind: 'local', command: ['sh', '-c', 'echo changed'] });
     await sql(t.db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [changed, ws.agentProfileId]);
+    const counted = contextCounts();
     const trips = countRoundTrips(t.db);
     const res = await begin(t.db, ws, agentInGroup(ws, 'after'));
+    // taskledger_begin_context_total: one attempt from memory found stale, then one plan from fresh reads.
+    const now = contextCounts();
+    expect([now.memory - counted.memory, now.stale - counted.stale, now.fresh - counted.fresh]).toEqual([0, 1, 1]);
     // The transaction from memory and its ROLLBACK (its fence failed), then the fresh reads, then the transaction.
     expect(trips.calls).toBe(4);
     vi.restoreAllMocks();
@@ -102,6 +106,7 @@ describe('Begin from remembered context (ADR 0052)', () => {
     // Remembered again, as read: the next one goes in one round trip.
     const again = countRoundTrips(t.db);
     await begin(t.db, ws, agentInGroup(ws, 'remembered again'));
+    expect(contextCounts().memory).toBe(now.memory + 1);
     // (A connection the pool opened meanwhile sets its session up first: not Begin's.)
     expect(again.texts.filter((text) => !/^SET /.test(text))).toHaveLength(1);
   });
