@@ -1,18 +1,20 @@
 /**
  * What Begin read before its transaction, remembered per process as a guess the transaction checks (ADR 0052).
  *
- * A create request of the common shape (no external ID, parent, blockers, repositories, contributions,
- * attachments or environment) needs five reads before its plan can be built: the caller's token, the workspace's
- * state, the placement, the group and the agent profile. They change rarely (setup writes them), so the answers of
- * the last fresh reads are kept here, per process, and a request whose every reference is known builds its plan
- * from them with no read at all. Nothing is trusted: Begin's one round trip (ADR 0028) checks each remembered fact
- * on the server with the transaction's own fences (the workspace active, the token's authority current, the
- * placement's step in the workspace) and with one more (`contextFence`: the token's secret, each group, the profile's
- * executor document byte for byte, the default placement still the default). A fact that no longer holds fails its
- * fence before COMMIT: nothing is written, every entry the request used is forgotten, and Begin starts over from
- * fresh reads, which give the same answer, refusal or error as without this memory. No lock is taken by the added
- * fence (a plain read, as the reads it replaces were), and the plan depends on nothing fresher-or-staler than the
- * transaction itself saw. Bounded: the oldest entries of a kind go first.
+ * A create request of the common shape (no parent, blockers, repositories, contributions, attachments or
+ * environment) needs five reads before its plan can be built: the caller's token, the workspace's state, the
+ * placement, the group and the agent profile. They change rarely (setup writes them), so the answers of the last
+ * fresh reads are kept here, and a request whose every reference is known builds its plan from them with no read.
+ * One with an external ID is still admitted and looked up afresh first (companion notes §2's order), and only its
+ * plan comes from memory.
+ *
+ * Nothing is trusted. Begin's transaction checks each remembered fact on the server: its own fences cover the
+ * workspace active, the token's authority current and the placement's step in the workspace; one more
+ * (`contextFence`, a plain read, so no lock and no tier) covers the token's secret, the group, the profile's
+ * executor document byte for byte, and the default placement still the default. A fact that no longer holds fails
+ * its fence before COMMIT: nothing is written, every entry the request used is forgotten, and Begin starts over
+ * from fresh reads, which give the same answer, refusal or error as without this memory. A plan from memory thus
+ * rests on facts true in the transaction that writes it. Bounded: the oldest entries of a kind go first.
  */
 import type { Db, SqlParam, Statement } from '../db/tx';
 import type { CreateTaskRequest } from '../plan/create-request';
@@ -65,7 +67,6 @@ const key = (...parts: string[]) => parts.join('\u0000');
 /** True for the request shapes whose whole context this memory can answer (the rest always read fresh). */
 export function cacheableShape(req: CreateTaskRequest): boolean {
   return (
-    req.external_id === null &&
     req.parent_id === null &&
     req.blocked_by.length === 0 &&
     req.repositories.length === 0 &&

@@ -221,15 +221,13 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
           return { kind: 'committed_earlier' };
         }
       }
-      // A plan from remembered context is checked again, as its first attempt was (the checks below cover the rest).
-      if (input.contextFence) {
-        const fresh = await tx.rows(input.contextFence.sql, [...input.contextFence.params]);
-        if (fresh.length !== 1) throw staleContext();
-      }
       // Tiers 1 (the workspace fence, shared: creations run in parallel; deletion takes it exclusively), 1.5 (the
       // actor's authority), 2 (the placement's admission row) and 4.1 (archive / deletion membership barriers
       // covering this workspace): issued together in lock order, one round trip (Tx.batch), then checked in that
       // order, so the refusal is the one the first failing check gives.
+      // A plan from remembered context (ADR 0052) has its fence read first, in the same round trip (a plain read).
+      const fence = input.contextFence;
+      const contextRead = fence ? tx.rows(fence.sql, [...fence.params]) : Promise.resolve([{}]);
       tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
       const wsRead = tx.one<{ state: string }>(`SELECT state FROM workspaces WHERE id = ? ${tx.forShare}`, [
         plan.workspace_id,
@@ -246,7 +244,15 @@ export async function insertCreation(db: Db, input: InsertInput): Promise<Insert
       const fenced = barriersStatement(tx, plan.workspace_id);
       const barriersRead = tx.rows<{ operation_id: string }>(fenced.sql, [...fenced.params]);
       const common = input.externalId === null && taskTierIsNewKeyOnly(input);
-      const [ws, authorized, step, barriers] = await Promise.allSettled([wsRead, authority, stepRead, barriersRead]);
+      const [context, ws, authorized, step, barriers] = await Promise.allSettled([
+        contextRead,
+        wsRead,
+        authority,
+        stepRead,
+        barriersRead,
+      ]);
+      // A remembered fact that no longer holds: the plan may be wrong, whatever else holds (Begin reads afresh).
+      if (settledValue(context).length !== 1) throw staleContext();
       // A workspace being deleted answers as one that does not exist (its deletion committed after authorize()).
       const wsRow = settledValue(ws);
       if (!wsRow || wsRow.state !== 'active') throw new TaskLedgerError('not_authorized', 'task not created', {});

@@ -26,7 +26,7 @@
 import { randomUUID } from 'node:crypto';
 import { newCompletionToken } from '../canonical/completion-token';
 import { TaskLedgerError, ValidationError } from '../domain/errors';
-import { readRows, type Db } from '../db/tx';
+import { readRows, type Db, type Statement } from '../db/tx';
 import { buildCreationPlan } from '../plan/build-plan';
 import { validateCreateRequest } from '../plan/create-request';
 import { normalizeExternalId } from '../plan/external-id';
@@ -247,26 +247,37 @@ export async function beginTaskCreation(db: Db, caller: Caller, raw: unknown, de
   try {
     const req = validateCreateRequest(raw);
     const taskId = req.task_id ?? newId();
-    const context = resolvePlanContext(db, req, taskId, {
-      dataDir: deps.dataDir,
-      newId,
-      resolveCommit: deps.resolveCommit,
-      authorized,
-    });
+    const base = { taskId, dataDir: deps.dataDir, newId };
+    const fresh = () => resolvePlanContext(db, req, taskId, { ...base, resolveCommit: deps.resolveCommit, authorized });
+    // A request with an external ID reaches here admitted and its ID looked up (the principal read afresh): its
+    // context may come from memory (ADR 0052), checked by its transaction. Any other request got here from memory
+    // only when it could not be answered there, so its context is read afresh, alongside the caller's token.
+    const remembered =
+      externalId === null ? null : contextCacheOf(db).context(req, (await authorized).principal, null, base);
+    const context = remembered === null ? fresh() : Promise.resolve(remembered.ctx);
     context.catch(() => undefined);
     const { principal: known } = await admitted();
-    const ctx = await context;
-    const built = buildCreationPlan(req, ctx);
-    // Every read answered and the caller admitted: what they said may serve the next request (ADR 0052).
-    contextCacheOf(db).remember(req, ctx, known, 'lookup' in caller ? (caller.tokenSha256 ?? null) : null);
-    countContext('fresh');
-    return await insertAndAnswer(db, {
-      built,
-      actor: actorDocumentFor(known, workspaceId),
-      workspaceId,
-      newId,
-      externalId,
-    });
+    const plan = async (ctx: Awaited<typeof context>, contextFence?: Statement) => {
+      const built = buildCreationPlan(req, ctx);
+      if (!contextFence) {
+        // Every read answered and the caller admitted: what they said may serve the next request (ADR 0052).
+        contextCacheOf(db).remember(req, ctx, known, 'lookup' in caller ? (caller.tokenSha256 ?? null) : null);
+        countContext('fresh');
+      }
+      const actor = actorDocumentFor(known, workspaceId);
+      return insertAndAnswer(db, { built, actor, workspaceId, newId, externalId, contextFence });
+    };
+    if (remembered === null) return await plan(await context);
+    try {
+      const res = await plan(remembered.ctx, remembered.fence);
+      countContext('memory');
+      return res;
+    } catch (err) {
+      if (!(err instanceof StaleContext)) throw err;
+      countContext('stale');
+      contextCacheOf(db).forget(req, null);
+      return await plan(await fresh());
+    }
   } catch (err) {
     await admitted();
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {

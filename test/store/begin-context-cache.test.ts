@@ -187,6 +187,57 @@ describe('Begin from remembered context (ADR 0052)', () => {
     }
   });
 
+  it('a request with an external ID is admitted and looked up afresh, then planned from memory', async () => {
+    const ws = await seedWorkspace(t.db);
+    await begin(t.db, ws, agentInGroup(ws, 'warm'));
+    const counted = contextCounts();
+    const sent = sentStatements(t.db);
+    const res = await begin(t.db, ws, { ...agentInGroup(ws, 'webhook'), external_id: 'hook-1' });
+    vi.restoreAllMocks();
+    expect(res.outcome).toBe('Created');
+    expect(contextCounts().memory).toBe(counted.memory + 1);
+    // The caller's workspace and the ID's lookup are read (in that order); the profile is not: the fence checks it.
+    const workspaceRead = sent.findIndex((s) => s.startsWith('SELECT state FROM workspaces WHERE id = ?'));
+    const lookup = sent.findIndex((s) => /FROM tasks[\s\S]*external_id = \?/.test(s));
+    expect(workspaceRead).toBeGreaterThanOrEqual(0);
+    expect(lookup).toBeGreaterThan(workspaceRead);
+    expect(sent.filter((s) => s.startsWith('SELECT id, executor_kind, executor_json FROM agent_profiles'))).toEqual([]);
+    expect(sent.filter((s) => s.startsWith('SELECT 1 AS fresh FROM workspaces'))).toHaveLength(1);
+    // The webhook retried: the one task, found; nothing planned.
+    const again = await begin(t.db, ws, { ...agentInGroup(ws, 'webhook'), external_id: 'hook-1' });
+    expect(again.outcome).toBe('FoundUnsettled');
+    expect(again.task.id).toBe(res.task.id);
+    expect(await count(t.db, 'tasks', 'workspace_id = ? AND external_id = ?', [ws.workspaceId, 'hook-1'])).toBe(1);
+  });
+
+  it('with an external ID, a changed profile or a deleted group answers as from fresh reads', async () => {
+    const ws = await seedWorkspace(t.db);
+    const before = await begin(t.db, ws, agentInGroup(ws, 'warm'));
+    const changed = canonicalJson({ kind: 'local', command: ['sh', '-c', 'echo changed'] });
+    await sql(t.db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [changed, ws.agentProfileId]);
+    const counted = contextCounts();
+    const res = await begin(t.db, ws, { ...agentInGroup(ws, 'after'), external_id: 'hook-2' });
+    const now = contextCounts();
+    expect([now.memory - counted.memory, now.stale - counted.stale, now.fresh - counted.fresh]).toEqual([0, 1, 1]);
+    const launchConfig = (plan: string) => /"launch_config_sha256":"([0-9a-f]{64})"/.exec(plan)?.[1];
+    expect(launchConfig(await planOf(t.db, res.operationId))).toMatch(/^[0-9a-f]{64}$/);
+    expect(launchConfig(await planOf(t.db, res.operationId))).not.toBe(
+      launchConfig(await planOf(t.db, before.operationId)),
+    );
+    expect(await count(t.db, 'task_creation_operations', 'workspace_id = ?', [ws.workspaceId])).toBe(2);
+
+    const writesBefore = await writes(t.db, ws.workspaceId);
+    await begin(t.db, ws, { ...agentInGroup(ws, 'remember'), external_id: 'hook-3' });
+    const remembered = await writes(t.db, ws.workspaceId);
+    expect(remembered[0]).toBe(writesBefore[0]! + 1);
+    await sql(t.db, 'DELETE FROM workspace_groups WHERE id = ?', [ws.groupId]);
+    await expect(begin(t.db, ws, { ...agentInGroup(ws, 'gone'), external_id: 'hook-4' })).rejects.toMatchObject({
+      code: 'invalid_request',
+      field: '/workspace_policy/group_id',
+    });
+    expect(await writes(t.db, ws.workspaceId)).toEqual(remembered);
+  });
+
   it('holds at most its capacity of each kind, the least recently remembered going first', () => {
     const cache = new BeginContextCache(2);
     const principal = {
