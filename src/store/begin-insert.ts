@@ -10,6 +10,9 @@
  * identity, task repositories, task environment, one step row per plan step.
  * Found external ID or reused identity: the transaction rolls back, nothing is
  * written. No event is written here; `task.created` belongs to Complete.
+ * A plan built from remembered context (ADR 0052) adds one plain read (no
+ * lock), first in the transaction's first round trip; when it fails, nothing
+ * is written and `StaleContext` sends Begin back to fresh reads.
  */
 import {
   ACTOR_DOMAIN,
@@ -351,7 +354,7 @@ async function createdEarlier(db: Db, input: InsertInput, docs: BoundDocuments):
 }
 
 /** Why Begin's one-round-trip attempt did not commit: it starts over, and the checks above answer precisely. */
-const restartChecked = () => new RestartCommand('Begin: a fence checked on the server failed');
+const fenceFailed = () => new RestartCommand('Begin: a fence checked on the server failed');
 
 /**
  * Begin's common case (no external ID, no parent or blockers) in one round trip (ADR 0028): every lock and fence
@@ -366,7 +369,6 @@ function commonCaseInOneRoundTrip(tx: Tx, input: InsertInput, docs: BoundDocumen
   // A plan from remembered context (ADR 0052): its own fence failing means the plan may be wrong, so Begin builds
   // it again from fresh reads; any other fence restarts on the checked path, which checks this one first.
   if (input.contextFence) tx.expect(input.contextFence, 1, staleContext);
-  const fenceFailed = restartChecked;
   tx.lockRow(TIER.WORKSPACE, 'workspaces', plan.workspace_id);
   tx.expect(
     { sql: `SELECT id FROM workspaces WHERE id = ? AND state = 'active' ${tx.forShare}`, params: [plan.workspace_id] },
