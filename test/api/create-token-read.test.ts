@@ -8,11 +8,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { Db } from '../../src/db/tx';
 import { tokenSha256 } from '../../src/store/actor';
 import { beginTaskCreation } from '../../src/store/begin';
-import { count, sql, useTestDb } from '../support/db';
+import { sql, useTestDb } from '../support/db';
 import { countRoundTrips } from '../support/round-trips';
+import { creationWrites } from '../support/ledger';
 import { seedWorkspace } from '../support/seed';
 import { call, useTestApi } from './helpers';
 
@@ -23,13 +23,7 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-async function writes(db: Db, workspaceId: string): Promise<number[]> {
-  return Promise.all(
-    ['tasks', 'task_creation_operations', 'task_creation_steps', 'task_identities'].map((table) =>
-      count(db, table, 'workspace_id = ?', [workspaceId]),
-    ),
-  );
-}
+const writes = creationWrites;
 
 describe('POST /tasks reads the token with the request', () => {
   it('the token, the workspace state and the references go in one round trip; two in all before the answer', async () => {

@@ -13,11 +13,11 @@ import { canonicalJson } from '../../src/canonical/canonical-json';
 import type { Db } from '../../src/db/tx';
 import { tokenSha256 } from '../../src/store/actor';
 import { BeginContextCache, contextCacheOf, contextCounts } from '../../src/store/begin-context-cache';
-import type { CreateTaskRequest } from '../../src/plan/create-request';
+import { validateCreateRequest } from '../../src/plan/create-request';
 import type { PlanContext } from '../../src/plan/build-plan';
 import { count, sql, useTestDb } from '../support/db';
 import { countRoundTrips, sentStatements } from '../support/round-trips';
-import { begin, expectTyped } from '../support/ledger';
+import { begin, creationWrites, expectTyped } from '../support/ledger';
 import { seedWorkspace, type SeededWorkspace } from '../support/seed';
 import { call, useTestApi } from '../api/helpers';
 
@@ -28,13 +28,7 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-async function writes(db: Db, workspaceId: string): Promise<number[]> {
-  return Promise.all(
-    ['tasks', 'task_creation_operations', 'task_creation_steps', 'task_identities'].map((table) =>
-      count(db, table, 'workspace_id = ?', [workspaceId]),
-    ),
-  );
-}
+const writes = creationWrites;
 
 /** The bench's shape: an agent started from a profile, the task in a shared group, the default placement. */
 function agentInGroup(ws: SeededWorkspace, title = 'remembered') {
@@ -51,6 +45,24 @@ async function planOf(db: Db, operationId: string): Promise<string> {
     operationId,
   ]);
   return rows[0]!.plan_json;
+}
+
+/** The launch config hash the operation's plan binds (the profile's executor is in it). */
+async function launchConfigOf(db: Db, operationId: string): Promise<string | undefined> {
+  return /"launch_config_sha256":"([0-9a-f]{64})"/.exec(await planOf(db, operationId))?.[1];
+}
+
+/** Changes the agent profile's executor document (an operator's SQL); returns the sources counted so far. */
+async function changeExecutor(db: Db, ws: SeededWorkspace) {
+  const changed = canonicalJson({ kind: 'local', command: ['sh', '-c', 'echo changed'] });
+  await sql(db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [changed, ws.agentProfileId]);
+  return contextCounts();
+}
+
+/** The plans counted since `then`, by source: [memory, stale, fresh]. */
+function countedSince(then: ReturnType<typeof contextCounts>): number[] {
+  const now = contextCounts();
+  return [now.memory - then.memory, now.stale - then.stale, now.fresh - then.fresh];
 }
 
 const at = (db: Db, iso: string) =>
@@ -84,24 +96,19 @@ describe('Begin from remembered context (ADR 0052)', () => {
   it('a changed agent profile is planned from a fresh read; the remembered attempt writes nothing', async () => {
     const ws = await seedWorkspace(t.db);
     const before = await begin(t.db, ws, agentInGroup(ws, 'before'));
-    const changed = canonicalJson({ kind: 'local', command: ['sh', '-c', 'echo changed'] });
-    await sql(t.db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [changed, ws.agentProfileId]);
-    const counted = contextCounts();
+    const counted = await changeExecutor(t.db, ws);
     const trips = countRoundTrips(t.db);
     const res = await begin(t.db, ws, agentInGroup(ws, 'after'));
     // taskledger_begin_context_total: one attempt from memory found stale, then one plan from fresh reads.
+    expect(countedSince(counted)).toEqual([0, 1, 1]);
     const now = contextCounts();
-    expect([now.memory - counted.memory, now.stale - counted.stale, now.fresh - counted.fresh]).toEqual([0, 1, 1]);
     // The transaction from memory and its ROLLBACK (its fence failed), then the fresh reads, then the transaction.
     expect(trips.calls).toBe(4);
     vi.restoreAllMocks();
     // The launch config binds the profile's executor: the new one's hash, not the remembered one's.
-    const launchConfig = (plan: string) => /"launch_config_sha256":"([0-9a-f]{64})"/.exec(plan)?.[1];
-    const oldConfig = launchConfig(await planOf(t.db, before.operationId));
-    const newConfig = launchConfig(await planOf(t.db, res.operationId));
-    expect(oldConfig).toMatch(/^[0-9a-f]{64}$/);
+    const newConfig = await launchConfigOf(t.db, res.operationId);
     expect(newConfig).toMatch(/^[0-9a-f]{64}$/);
-    expect(newConfig).not.toBe(oldConfig);
+    expect(newConfig).not.toBe(await launchConfigOf(t.db, before.operationId));
     expect(await writes(t.db, ws.workspaceId)).toEqual([2, 2, 2 * (res.steps.length || 1), 2]);
     // Remembered again, as read: the next one goes in one round trip.
     const again = countRoundTrips(t.db);
@@ -213,17 +220,12 @@ describe('Begin from remembered context (ADR 0052)', () => {
   it('with an external ID, a changed profile or a deleted group answers as from fresh reads', async () => {
     const ws = await seedWorkspace(t.db);
     const before = await begin(t.db, ws, agentInGroup(ws, 'warm'));
-    const changed = canonicalJson({ kind: 'local', command: ['sh', '-c', 'echo changed'] });
-    await sql(t.db, 'UPDATE agent_profiles SET executor_json = ? WHERE id = ?', [changed, ws.agentProfileId]);
-    const counted = contextCounts();
+    const counted = await changeExecutor(t.db, ws);
     const res = await begin(t.db, ws, { ...agentInGroup(ws, 'after'), external_id: 'hook-2' });
-    const now = contextCounts();
-    expect([now.memory - counted.memory, now.stale - counted.stale, now.fresh - counted.fresh]).toEqual([0, 1, 1]);
-    const launchConfig = (plan: string) => /"launch_config_sha256":"([0-9a-f]{64})"/.exec(plan)?.[1];
-    expect(launchConfig(await planOf(t.db, res.operationId))).toMatch(/^[0-9a-f]{64}$/);
-    expect(launchConfig(await planOf(t.db, res.operationId))).not.toBe(
-      launchConfig(await planOf(t.db, before.operationId)),
-    );
+    expect(countedSince(counted)).toEqual([0, 1, 1]);
+    const newConfig = await launchConfigOf(t.db, res.operationId);
+    expect(newConfig).toMatch(/^[0-9a-f]{64}$/);
+    expect(newConfig).not.toBe(await launchConfigOf(t.db, before.operationId));
     expect(await count(t.db, 'task_creation_operations', 'workspace_id = ?', [ws.workspaceId])).toBe(2);
 
     const writesBefore = await writes(t.db, ws.workspaceId);
@@ -247,22 +249,7 @@ describe('Begin from remembered context (ADR 0052)', () => {
       authority_revision: 1,
       workspace_id: null,
     };
-    const requests = [1, 2, 3].map((): CreateTaskRequest => ({
-      workspace_id: randomUUID(),
-      title: 't',
-      description: null,
-      external_id: null,
-      task_id: null,
-      workflow_step_id: null,
-      parent_id: null,
-      blocked_by: [],
-      start_agent: false,
-      agent_profile_id: null,
-      repositories: [],
-      attachments: [],
-      contributions: [],
-      workspace_policy: null,
-    }));
+    const requests = [1, 2, 3].map(() => validateCreateRequest({ workspace_id: randomUUID(), title: 't' }));
     const base = { taskId: randomUUID(), dataDir: '/tmp', newId: randomUUID };
     for (const req of requests) {
       const ctx: PlanContext = {

@@ -13,7 +13,7 @@ import { beginTaskCreation } from '../../src/store/begin';
 import { completeTaskCreation } from '../../src/store/complete';
 import { claimTaskCreationStep } from '../../src/store/step-claims';
 import type { BeginResult, OperationAuthority, Principal } from '../../src/store/types';
-import { sql } from './db';
+import { count, sql } from './db';
 import type { SeededWorkspace } from './seed';
 
 export async function begin(
@@ -106,4 +106,13 @@ export async function settledTask(
   await driveAllSteps(db, auth, res.operationId, ws.dataDir);
   await completeTaskCreation(db, auth);
   return res;
+}
+
+/** Rows a creation writes in this workspace (tasks, operations, steps, identities): unchanged when nothing was. */
+export async function creationWrites(db: Db, workspaceId: string): Promise<number[]> {
+  return Promise.all(
+    ['tasks', 'task_creation_operations', 'task_creation_steps', 'task_identities'].map((table) =>
+      count(db, table, 'workspace_id = ?', [workspaceId]),
+    ),
+  );
 }
