@@ -29,6 +29,11 @@ export interface AppConfig {
   stuckAfterMs: number;
   /** How long a staged upload waits for a creation to claim it before the reaper deletes it. Default DEFAULT_STAGED_TTL_MS. */
   stagedTtlMs: number;
+  /**
+   * `TASKLEDGER_METRICS_PORT`: where a process without the `api` role serves `GET /metrics` (127.0.0.1), so that
+   * every process of a fleet split by role can be scraped; unset, such a process serves nothing.
+   */
+  metricsPort?: number;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -52,6 +57,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): AppConfig {
     effectTimeoutMs: int(env, 'TASKLEDGER_EFFECT_TIMEOUT_MS', 15_000),
     stuckAfterMs: int(env, 'TASKLEDGER_STUCK_AFTER_MS', 600_000),
     stagedTtlMs: int(env, 'TASKLEDGER_STAGED_TTL_MS', DEFAULT_STAGED_TTL_MS),
+    ...(env.TASKLEDGER_METRICS_PORT?.trim() ? { metricsPort: int(env, 'TASKLEDGER_METRICS_PORT', 0) } : {}),
   };
 }
 

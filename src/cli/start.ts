@@ -36,6 +36,9 @@ export async function startCommand(args: string[]): Promise<number> {
         `REST API on http://127.0.0.1:${addr.port}/api/v1 (ledger view /admin/ledger, queues /admin/queues, metrics /metrics)`,
       );
   }
+  const metricsAddr = fleet.metricsServer?.address();
+  if (metricsAddr && typeof metricsAddr === 'object')
+    log.info(`metrics on http://127.0.0.1:${metricsAddr.port}/metrics`);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);

@@ -52,6 +52,7 @@ import { sweepOnce } from '../runtime/reaper';
 import { runWorkspaceDeletion } from '../lifecycle/workspace-deletion-runner';
 import { defaultStepHandlers } from '../kinds/registry';
 import { CONCURRENCY, type Role } from './roles';
+import type { Server } from 'node:http';
 
 export interface FleetOptions {
   config: AppConfig;
@@ -75,6 +76,8 @@ export interface Fleet {
   queues: QueueSet;
   metrics: Metrics;
   api: FastifyInstance | null;
+  /** `GET /metrics` of a process without the API role, when `TASKLEDGER_METRICS_PORT` is set (metrics-server.ts). */
+  metricsServer: Server | null;
   /** The API commands' dependencies (also without the api role: `taskledger mcp` serves stdio from them). */
   apiDeps: ApiDeps;
   workerId: string;
@@ -299,6 +302,26 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     api = buildApi(apiDeps);
     await api.listen({ port: config.port, host: '127.0.0.1' });
   }
+  // Without the API, this process's counters are served on their own port when one is configured.
+  let metricsServer: Server | null = null;
+  const stopRoles = async () => {
+    await Promise.all(workers.map((w) => w.close()));
+    for (const c of workerConnections) c.disconnect();
+    await queues.close();
+    connection.disconnect();
+    await ds.destroy();
+  };
+  if (!api && config.metricsPort !== undefined) {
+    const { serveMetrics } = await import('./metrics-server');
+    try {
+      metricsServer = await serveMetrics(metrics, config.metricsPort);
+    } catch (err) {
+      // Nothing keeps running for a process that cannot serve what it was told to: its roles stop, then it fails.
+      await stopRoles();
+      if ((err as { code?: string }).code !== 'EADDRINUSE') throw err;
+      throw new Error(`TASKLEDGER_METRICS_PORT ${config.metricsPort} on 127.0.0.1 is already in use`, { cause: err });
+    }
+  }
   log.info({ roles: [...roles], worker_id: workerId, dialect: config.db.dialect }, 'taskledger fleet started');
 
   return {
@@ -308,13 +331,11 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
     api,
     apiDeps,
     workerId,
+    metricsServer,
     async stop() {
       if (api) await api.close();
-      await Promise.all(workers.map((w) => w.close()));
-      for (const c of workerConnections) c.disconnect();
-      await queues.close();
-      connection.disconnect();
-      await ds.destroy();
+      if (metricsServer) await new Promise((resolve) => metricsServer.close(resolve));
+      await stopRoles();
     },
   };
 }
