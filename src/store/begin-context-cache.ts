@@ -35,7 +35,6 @@ interface ProfileFact {
 
 /** A remembered context: the plan's inputs, and the fence that checks them all in Begin's transaction. */
 export interface CachedContext {
-  principal: Principal;
   ctx: PlanContext;
   fence: Statement;
 }
@@ -136,7 +135,7 @@ export class BeginContextCache {
       dataDir: base.dataDir,
       newId: base.newId,
     };
-    return { principal, ctx, fence: contextFence(req, workflow, profile, principal, tokenSha256) };
+    return { ctx, fence: contextFence(req, workflow, profile, principal, tokenSha256) };
   }
 
   /**

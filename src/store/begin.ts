@@ -27,15 +27,13 @@ import { randomUUID } from 'node:crypto';
 import { newCompletionToken } from '../canonical/completion-token';
 import { TaskLedgerError, ValidationError } from '../domain/errors';
 import { readRows, type Db, type Statement } from '../db/tx';
-import { buildCreationPlan } from '../plan/build-plan';
-import { validateCreateRequest } from '../plan/create-request';
+import { buildCreationPlan, type BuiltPlan } from '../plan/build-plan';
+import { validateCreateRequest, type CreateTaskRequest } from '../plan/create-request';
 import { normalizeExternalId } from '../plan/external-id';
 import { actorDocumentFor, mayUseWorkspace } from './actor';
 import { resolvePlanContext } from './begin-context';
 import { contextCacheOf, countContext } from './begin-context-cache';
 import { insertCreation, StaleContext, type InsertInput } from './begin-insert';
-import type { BuiltPlan } from '../plan/build-plan';
-import type { CreateTaskRequest } from '../plan/create-request';
 import { findByExternalId, isSettled } from './task-view';
 import type { BeginResult, Caller, CreationHandle, Principal } from './types';
 
@@ -142,20 +140,36 @@ async function beginFromMemory(
     // Whatever is wrong with it is answered by the path from fresh reads, in its order.
     return null;
   }
-  try {
-    const res = await insertAndAnswer(db, {
+  const fence = remembered.fence;
+  return unlessStale(db, req, tokenSha256, () =>
+    insertAndAnswer(db, {
       built,
       actor: actorDocumentFor(principal, workspaceId),
       workspaceId,
       newId,
-      contextFence: remembered.fence,
-    });
+      contextFence: fence,
+    }),
+  );
+}
+
+/**
+ * Runs Begin's transaction for a plan from memory: its answer, or null when the context fence found a remembered
+ * fact no longer true (nothing was written; the facts the request used are forgotten, and the caller plans afresh).
+ */
+async function unlessStale(
+  db: Db,
+  req: CreateTaskRequest,
+  tokenSha256: string | null,
+  attempt: () => Promise<BeginResult>,
+): Promise<BeginResult | null> {
+  try {
+    const res = await attempt();
     countContext('memory');
     return res;
   } catch (err) {
     if (!(err instanceof StaleContext)) throw err;
     countContext('stale');
-    cache.forget(req, tokenSha256);
+    contextCacheOf(db).forget(req, tokenSha256);
     return null;
   }
 }
@@ -268,16 +282,9 @@ export async function beginTaskCreation(db: Db, caller: Caller, raw: unknown, de
       return insertAndAnswer(db, { built, actor, workspaceId, newId, externalId, contextFence });
     };
     if (remembered === null) return await plan(await context);
-    try {
-      const res = await plan(remembered.ctx, remembered.fence);
-      countContext('memory');
-      return res;
-    } catch (err) {
-      if (!(err instanceof StaleContext)) throw err;
-      countContext('stale');
-      contextCacheOf(db).forget(req, null);
-      return await plan(await fresh());
-    }
+    return (
+      (await unlessStale(db, req, null, () => plan(remembered.ctx, remembered.fence))) ?? (await plan(await fresh()))
+    );
   } catch (err) {
     await admitted();
     if (externalId !== null && err instanceof TaskLedgerError && YIELDING_CODES.has(err.code)) {
