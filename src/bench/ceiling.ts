@@ -340,7 +340,7 @@ export async function measureCeiling(
     const statements = creationTransactions(dialect, world).reduce((n, tx) => n + tx.length + 2, 0);
     const latencies: number[] = [];
     let next = 0;
-    const cpuTracker = trackCpu([]);
+    const cpuTracker = trackCpu([], { dialect });
     const started = performance.now();
     retries = 0;
     const lane = async () => {

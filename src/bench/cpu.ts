@@ -6,6 +6,7 @@
  * null and the report leaves the line out.
  */
 import { readdirSync, readFileSync } from 'node:fs';
+import type { Dialect } from '../db/config';
 
 /** USER_HZ: /proc reports CPU time in ticks of 1/100 s on every Linux build that matters. */
 const MS_PER_TICK = 10;
@@ -93,6 +94,17 @@ export function liveChildren(parents: readonly number[]): number[] {
 }
 
 export const DATABASE_PROCESS_NAMES = ['postgres', 'mariadbd', 'mysqld'];
+
+/**
+ * The server processes of the dialect being measured, or every database server's without one. The other
+ * dialect's server (idle, or still flushing what an earlier run wrote) is not this run's database: it counts
+ * as "other".
+ */
+export function databaseProcessNames(dialect?: Dialect): readonly string[] {
+  if (dialect === 'postgres') return ['postgres'];
+  if (dialect === 'mysql') return ['mariadbd', 'mysqld'];
+  return DATABASE_PROCESS_NAMES;
+}
 export const REDIS_PROCESS_NAMES = ['redis-server'];
 
 export interface CpuSnapshot {
@@ -110,11 +122,11 @@ export interface CpuSnapshot {
   bench: number;
 }
 
-export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
+export function snapshotCpu(pids: readonly number[], dialect?: Dialect): CpuSnapshot {
   const perPid = new Map<number, number>();
   const kernelPerPid = new Map<number, number>();
   const children = new Map<number, number>();
-  const database = pidsNamed(DATABASE_PROCESS_NAMES);
+  const database = pidsNamed(databaseProcessNames(dialect));
   const redis = pidsNamed(REDIS_PROCESS_NAMES);
   for (const pid of new Set([...pids, ...database, ...redis])) {
     const cpu = processCpu(pid);
@@ -146,12 +158,16 @@ export function snapshotCpu(pids: readonly number[]): CpuSnapshot {
  * `everyMs` until `finish()`: a PostgreSQL backend whose connection closes
  * mid-run still counts, with the CPU it had when last seen.
  */
-export function trackCpu(pids: readonly number[], everyMs = 500): { before: CpuSnapshot; finish(): CpuSnapshot } {
-  const before = snapshotCpu(pids);
+export function trackCpu(
+  pids: readonly number[],
+  options: { everyMs?: number; dialect?: Dialect } = {},
+): { before: CpuSnapshot; finish(): CpuSnapshot } {
+  const { everyMs = 500, dialect } = options;
+  const before = snapshotCpu(pids, dialect);
   const lastSeen = new Map<number, { kind: 'database' | 'redis'; cpu: number; kernel: number }>();
   const tick = () => {
     for (const [kind, names] of [
-      ['database', DATABASE_PROCESS_NAMES],
+      ['database', databaseProcessNames(dialect)],
       ['redis', REDIS_PROCESS_NAMES],
     ] as const) {
       for (const pid of pidsNamed(names)) {
@@ -166,7 +182,7 @@ export function trackCpu(pids: readonly number[], everyMs = 500): { before: CpuS
     before,
     finish() {
       clearInterval(timer);
-      const after = snapshotCpu(pids);
+      const after = snapshotCpu(pids, dialect);
       for (const [pid, seen] of lastSeen) {
         if (after.perPid.has(pid)) continue;
         after.perPid.set(pid, seen.cpu);

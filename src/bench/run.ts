@@ -257,7 +257,7 @@ async function runShape(
 
   const before: ServerCounters = await serverCounters(db);
   const pids = { api: [ctx.api.pid], workers: ctx.workers.map((w) => w.pid) };
-  const cpuTracker = trackCpu([...pids.api, ...pids.workers]);
+  const cpuTracker = trackCpu([...pids.api, ...pids.workers], { dialect: ctx.dialect });
   const started = Date.now();
   let lastStatus = 0;
   const run = await race(
