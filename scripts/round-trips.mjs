@@ -8,7 +8,7 @@
  *
  * Preloaded (`--import`), it wraps `net.Socket#_writeGeneric`: every write
  * to port 5432 is one round trip's request (pg corks a parameterized query's
- * messages into one write; a batch or a simple query is one write), and so is
+ * messages, and a batch's pipeline, into one write; a simple query is one write), and so is
  * every packet to port 3306 (mysql2 writes a query, batch or not, as one). It keys
  * each by its statements' first characters — an `EXECUTE` by the statement
  * its `PREPARE` named, so a round trip's key says what it carried — and
@@ -46,16 +46,43 @@ function labelsOf(text) {
     .join(' | ');
 }
 
+/** A NUL-terminated string at `at`: its text and the offset after it. */
+function cstring(buf, at, end) {
+  const stop = buf.indexOf(0, at);
+  const to = stop < 0 || stop > end ? end : stop;
+  return [buf.toString('utf8', at, to), to + 1];
+}
+
+/**
+ * One write's PostgreSQL messages, labelled: a simple query (`Q`) by its statements; an extended-protocol
+ * pipeline (src/db/pg-pipeline.ts) by each statement it runs — a `Parse` of an unnamed statement by its text,
+ * a named one as `P <text>` (and remembered), a `Bind` of a named one by the text its `Parse` carried.
+ */
 function statementOf(buf) {
   if (!Buffer.isBuffer(buf) || buf.length < 6) return '?';
-  const type = String.fromCharCode(buf[0]);
-  let start = 5;
-  if (type === 'P') {
-    while (start < buf.length && buf[start] !== 0) start++;
-    start++;
-  } else if (type !== 'Q') return type;
-  const end = buf.indexOf(0, start);
-  return `${type} ${labelsOf(buf.toString('utf8', start, end < 0 ? buf.length : end))}`;
+  const labels = [];
+  let kind = '';
+  for (let at = 0; at + 5 <= buf.length;) {
+    const type = String.fromCharCode(buf[at]);
+    const end = Math.min(buf.length, at + 1 + buf.readInt32BE(at + 1));
+    if (type === 'Q') {
+      kind = 'Q';
+      labels.push(labelsOf(cstring(buf, at + 5, end)[0]));
+    } else if (type === 'P') {
+      kind ||= 'X';
+      const [name, next] = cstring(buf, at + 5, end);
+      const text = short(cstring(buf, next, end)[0]);
+      if (name) prepared.set(name, text);
+      labels.push(name ? `P ${text}` : text);
+    } else if (type === 'B') {
+      kind ||= 'X';
+      const [, next] = cstring(buf, at + 5, end);
+      const name = cstring(buf, next, end)[0];
+      if (name) labels.push(prepared.get(name) ?? name);
+    }
+    at = end;
+  }
+  return labels.length ? `${kind} ${labels.join(' | ')}` : String.fromCharCode(buf[0]);
 }
 
 /** A MySQL/MariaDB client packet: 4 header bytes, then the command (0x03: a query, its text after it). */
@@ -86,10 +113,8 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
         const key = mysqlStatementOf(writev ? data[0]?.chunk : data);
         counts[key] = (counts[key] || 0) + 1;
       } else if (this.remotePort === 5432) {
-        const first = writev
-          ? (data.map((d) => d.chunk).find((c) => Buffer.isBuffer(c) && (c[0] === 0x50 || c[0] === 0x51)) ??
-            data[0]?.chunk)
-          : data;
+        // pg corks a pipeline's messages into one write of many chunks: read them as one buffer.
+        const first = writev ? Buffer.concat(data.map((d) => d.chunk).filter((c) => Buffer.isBuffer(c))) : data;
         const key = statementOf(first);
         counts[key] = (counts[key] || 0) + 1;
       }

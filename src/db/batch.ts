@@ -30,7 +30,8 @@ import type pg from 'pg';
 import { QueryFailedError, type QueryRunner } from 'typeorm';
 import type { Dialect } from './config';
 import { mysqlBatchTexts } from './mysql-prepared';
-import { pgBatchTexts } from './pg-prepared';
+import { runPipeline } from './pg-pipeline';
+import { pgBatch } from './pg-prepared';
 import type { SqlParam, Statement } from './statement';
 
 export { inlinable, inlinePgParams } from './statement';
@@ -80,37 +81,20 @@ export async function sendBatch(
   options: { begin: boolean; prepare?: boolean },
 ): Promise<StatementResult[]> {
   const conn = (await qr.connect()) as object;
-  const begin = options.begin ? [BEGIN] : [];
-  let prepared: { settle(ok: boolean, err?: unknown): void };
-  let lead: string[];
-  let texts: string[];
-  let params: SqlParam[] = [];
-  if (dialect === 'postgres') {
-    const pgTexts = pgBatchTexts(conn, statements);
-    prepared = pgTexts;
-    lead = [...begin, ...pgTexts.lead];
-    texts = [...lead, ...pgTexts.body];
-  } else {
-    // The driver fills every `?` of the whole text in order: the PREPAREs' texts first, then the body's values.
-    const my =
-      options.prepare === false
-        ? { lead: [], body: statements, settle: () => undefined }
-        : mysqlBatchTexts(conn, statements);
-    prepared = my;
-    lead = [...begin, ...my.lead.map((s) => s.sql)];
-    texts = [...lead, ...my.body.map((s) => s.sql)];
-    params = [...my.lead, ...my.body].flatMap((s) => s.params);
-  }
+  if (dialect === 'postgres') return sendPgBatch(conn as pg.PoolClient, statements, options.begin);
+  // The driver fills every `?` of the whole text in order: the PREPAREs' texts first, then the body's values.
+  const prepared =
+    options.prepare === false
+      ? { lead: [], body: statements, settle: () => undefined }
+      : mysqlBatchTexts(conn, statements);
+  const lead = [...(options.begin ? [BEGIN] : []), ...prepared.lead.map((s) => s.sql)];
+  const texts = [...lead, ...prepared.body.map((s) => s.sql)];
+  const params = [...prepared.lead, ...prepared.body].flatMap((s) => s.params);
   const text = texts.join(';\n');
   let raw: unknown[];
   try {
-    if (dialect === 'postgres') {
-      const res = (await (conn as pg.PoolClient).query(text)) as unknown;
-      raw = Array.isArray(res) ? res : [res];
-    } else {
-      const res = await mysqlQuery(conn, text, params);
-      raw = texts.length === 1 ? [res] : (res as unknown[]);
-    }
+    const res = await mysqlQuery(conn, text, params);
+    raw = texts.length === 1 ? [res] : (res as unknown[]);
   } catch (err) {
     prepared.settle(false, err);
     throw new QueryFailedError(text, params, err as Error);
@@ -120,13 +104,35 @@ export async function sendBatch(
     throw new Error(`a batch of ${texts.length} statements returned ${raw.length} results`);
   }
   const results = raw.map((r): StatementResult => {
-    if (dialect === 'postgres') {
-      const p = r as PgResult;
-      return { rows: p.rows ?? [], affected: Number(p.rowCount ?? 0), command: p.command };
-    }
     // A SELECT counts the rows it answered, as PostgreSQL's rowCount does (a fence checked by count, ADR 0028).
     if (Array.isArray(r)) return { rows: r as Record<string, unknown>[], affected: r.length };
     return { rows: [], affected: Number((r as MysqlHeader).affectedRows ?? 0) };
   });
   return results.slice(lead.length);
+}
+
+/** A PostgreSQL batch: one pipeline of the extended protocol (src/db/pg-pipeline.ts, ADR 0053). */
+async function sendPgBatch(
+  client: pg.PoolClient,
+  statements: readonly Statement[],
+  begin: boolean,
+): Promise<StatementResult[]> {
+  const batch = pgBatch(client, statements, begin);
+  let raw: unknown[];
+  try {
+    const res = await runPipeline(client, batch.steps, batch.describe);
+    raw = Array.isArray(res) ? res : [res];
+  } catch (err) {
+    batch.settle(false, err);
+    throw new QueryFailedError(batch.describe(), [], err as Error);
+  }
+  batch.settle(true);
+  const expected = batch.leading + statements.length;
+  if (raw.length !== expected) throw new Error(`a batch of ${expected} statements returned ${raw.length} results`);
+  const results: StatementResult[] = [];
+  for (let i = batch.leading; i < raw.length; i++) {
+    const p = raw[i] as PgResult;
+    results.push({ rows: p.rows ?? [], affected: Number(p.rowCount ?? 0), command: p.command });
+  }
+  return results;
 }

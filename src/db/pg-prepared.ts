@@ -2,25 +2,28 @@
  * Server-side prepared statements for PostgreSQL batches
  * (docs/adr/0017-prepared-statements.md).
  *
- * A batch travels in the simple protocol with its parameters inlined
- * (src/db/batch.ts), so the server parsed, analysed and planned every
- * statement on every call: half of its CPU per creation. Here a statement
- * that recurs is prepared once per connection (`PREPARE tl_<n> AS ...`, sent
- * at the front of the batch that first needs it) and run as
- * `EXECUTE tl_<n>(<literals>)`; the server then reuses the parse tree and,
- * once it judges a generic plan good enough, the plan.
+ * A statement that recurs is prepared once per connection (a `Parse` of
+ * `tl_<n>` at the front of the batch that first needs it) and then run by
+ * name with its parameters bound (`Bind`): the server reuses the parse tree
+ * and, once it judges a generic plan good enough, the plan. A batch travels
+ * as one pipeline of the extended protocol (src/db/pg-pipeline.ts, ADR
+ * 0053); until ADR 0053 it was one simple-protocol text of `PREPARE` and
+ * `EXECUTE tl_<n>(<literals>)`, which `describe()` still renders.
  *
- * Contract: `pgBatchTexts(conn, statements)` returns the statement texts of
- * one batch (`lead` texts first: `DEALLOCATE ALL` when the connection's
- * state is unknown, then the PREPAREs this batch needs) and a `settle(ok)`
- * to call once the batch answered or failed. What a connection holds is
- * known exactly after a batch that succeeded; after one that failed, it is
- * unknown (a PREPARE is not undone by ROLLBACK, and an aborted transaction
- * refuses one), so the next batch on that connection starts with
- * `DEALLOCATE ALL`. A statement the server could not prepare (a parameter
- * whose type it cannot infer) is inlined from then on. Either failure, and a
- * prepared statement found missing or already there, restarts the
- * transaction (`preparedRestart`): the caller never sees it.
+ * Contract: `pgBatch(conn, statements, begin)` returns the pipeline steps of
+ * one batch (leading steps first: `START TRANSACTION` with `begin`,
+ * `DEALLOCATE ALL` when the connection's state is unknown, then the
+ * prepares this batch needs), how many leading results are not the
+ * caller's, and a `settle(ok)` to call once the batch answered or failed.
+ * What a connection holds is known exactly after a batch that succeeded;
+ * after one that failed, it is unknown (a prepared statement is not undone
+ * by ROLLBACK, and an aborted transaction refuses one), so the next batch on
+ * that connection starts with `DEALLOCATE ALL`. A statement the server could
+ * not prepare (a parameter whose type it cannot infer) is inlined from then
+ * on. Either failure, and a prepared statement found missing or already
+ * there, restarts the transaction (`preparedRestart`): the caller never sees
+ * it. A statement not prepared (seen once, over the bound, or unpreparable)
+ * runs as the unnamed statement with its parameters inlined, as before.
  *
  * Only statements seen twice in this process are prepared, at most
  * `MAX_PER_CONNECTION` per connection (src/db/prepared-texts.ts, shared with
@@ -31,7 +34,10 @@
  */
 import { toDialectSql, type DriverError } from './dialect';
 import { inlinePgParams, pgLiteralList, type Statement } from './statement';
+import type { PipelineStep } from './pg-pipeline';
 import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor, settleWith } from './prepared-texts';
+
+const BEGIN = 'START TRANSACTION';
 
 /** Errors that say the server could not prepare a text as written (parameter types it cannot infer). */
 const UNPREPARABLE_CODES = new Set(['42P18', '42P08', '42804', '42725', '42883']);
@@ -54,11 +60,15 @@ function connState(conn: object): ConnState {
   return s;
 }
 
-export interface PgBatchTexts {
-  /** Texts to run before the statements (their results are not the caller's). */
-  lead: string[];
-  /** One text per statement, in order. */
-  body: string[];
+/** One batch as pipeline steps (src/db/pg-pipeline.ts), with how many of its results lead the caller's. */
+export interface PgBatch {
+  /** `START TRANSACTION` (with `begin`), `DEALLOCATE ALL` when the connection's state is unknown, the PREPAREs
+   * this batch needs, then one step per statement. */
+  steps: PipelineStep[];
+  /** Results that are not the caller's (the leading statements run: `START TRANSACTION`, `DEALLOCATE ALL`). */
+  leading: number;
+  /** The batch as the simple-protocol text it stands for (PREPAREs, EXECUTEs, inlined statements). */
+  describe: () => string;
   /**
    * Call once the batch answered (`ok`) or failed (`err`); a failure the next attempt avoids is marked
    * `preparedRestart` on the driver error (src/db/dialect.ts `isRetryableError`).
@@ -66,35 +76,39 @@ export interface PgBatchTexts {
   settle(ok: boolean, err?: unknown): void;
 }
 
-export function pgBatchTexts(conn: object, statements: readonly Statement[]): PgBatchTexts {
+export function pgBatch(conn: object, statements: readonly Statement[], begin: boolean): PgBatch {
   const state = connState(conn);
-  const lead: string[] = [];
+  const steps: PipelineStep[] = [];
+  if (begin) steps.push({ text: BEGIN });
   if (state.unknown) {
-    lead.push('DEALLOCATE ALL');
+    steps.push({ text: 'DEALLOCATE ALL' });
     state.names.clear();
     state.unknown = false;
   }
+  const leading = steps.length;
   const preparing: { name: string; sql: string }[] = [];
-  const body = statements.map((s) => {
+  const body: PipelineStep[] = statements.map((s) => {
     const name = enabled ? preparedNameFor(s.sql) : null;
-    if (name === null) return inlinePgParams(s.sql, s.params);
+    if (name === null) return { text: inlinePgParams(s.sql, s.params) };
     if (!state.names.has(name)) {
-      if (state.names.size + preparing.length >= MAX_PER_CONNECTION) return inlinePgParams(s.sql, s.params);
+      if (state.names.size + preparing.length >= MAX_PER_CONNECTION) return { text: inlinePgParams(s.sql, s.params) };
       if (!preparing.some((p) => p.name === name)) {
         preparing.push({ name, sql: s.sql });
-        lead.push(`PREPARE ${name} AS ${toDialectSql('postgres', s.sql)}`);
+        steps.push({ parse: name, sql: toDialectSql('postgres', s.sql) });
       }
     }
-    return `EXECUTE ${name}${pgLiteralList(s.params)}`;
+    return { run: name, params: s.params };
   });
-  const reset = lead.length > 0;
+  steps.push(...body);
+  const reset = leading > (begin ? 1 : 0) || preparing.length > 0;
   return {
-    lead,
-    body,
+    steps,
+    leading,
+    describe: () => steps.map(describeStep).join(';\n'),
     settle: settleWith(state.names, preparing, (d) => {
       const stateWrong = isPreparedStateError(d);
       if (!reset && !stateWrong) return;
-      // Which of the lead texts ran is unknown (or the record was wrong): the next batch here starts from nothing.
+      // Which of the lead steps ran is unknown (or the record was wrong): the next batch here starts from nothing.
       state.unknown = true;
       const cannotPrepare = preparing.length > 0 && UNPREPARABLE_CODES.has(d.code ?? '');
       if (cannotPrepare)
@@ -106,6 +120,12 @@ export function pgBatchTexts(conn: object, statements: readonly Statement[]): Pg
       if (stateWrong || cannotPrepare) d.preparedRestart = true;
     }),
   };
+}
+
+function describeStep(step: PipelineStep): string {
+  if ('parse' in step) return `PREPARE ${step.parse} AS ${step.sql}`;
+  if ('run' in step) return `EXECUTE ${step.run}${pgLiteralList(step.params)}`;
+  return step.text;
 }
 
 /** A prepared statement missing or already present: this process's record of a connection was wrong. */

@@ -68,7 +68,7 @@ describe('prepared statements', () => {
       expect(texts.filter((s) => s.includes('SELECT name FROM workspaces WHERE id = $1 AND state = $2'))).toHaveLength(
         1,
       );
-      expect(texts.some((s) => s.includes(' AS INSERT INTO workspaces'))).toBe(true);
+      expect(texts.some((s) => s.startsWith('INSERT INTO workspaces'))).toBe(true);
     } else {
       // The read was prepared once on this connection and then executed: 6 values x 2 prepared reads, and the
       // inserts from their second on.
@@ -148,8 +148,8 @@ describe('prepared statements', () => {
     }
     if (t.db.dialect === 'postgres') {
       const texts = await preparedTexts();
-      expect(texts.some((s) => s.includes('AS SELECT name FROM workspaces WHERE id = $1 AND $2 = $3'))).toBe(true);
-      expect(texts.some((s) => s.includes('AS UPDATE workspaces SET name = $1'))).toBe(true);
+      expect(texts.some((s) => s.startsWith('SELECT name FROM workspaces WHERE id = $1 AND $2 = $3'))).toBe(true);
+      expect(texts.some((s) => s.startsWith('UPDATE workspaces SET name = $1'))).toBe(true);
       await runTransaction(t.db, 'PreparedDrop', (tx) => tx.exec('DEALLOCATE ALL'));
     }
     expect(await rename('d')).toBe(1);
