@@ -82,7 +82,10 @@ function statementOf(buf) {
     }
     at = end;
   }
-  return labels.length ? `${kind} ${labels.join(' | ')}` : String.fromCharCode(buf[0]);
+  if (labels.length) return `${kind} ${labels.join(' | ')}`;
+  // A message without a statement (a password, a termination), or the startup message, which has no type byte.
+  const type = String.fromCharCode(buf[0]);
+  return /[A-Za-z]/.test(type) ? type : 'startup';
 }
 
 /** A MySQL/MariaDB client packet: 4 header bytes, then the command (0x03: a query, its text after it). */
