@@ -2,26 +2,27 @@
  * Several statements in one round trip (docs/adr/0006-statement-batches.md).
  *
  * Contract: `sendBatch(qr, dialect, statements, { begin })` sends the
- * statements, in order, as one multi-statement text on the query runner's own
+ * statements, in order, in one round trip on the query runner's own
  * connection and returns one result (rows and affected count) per statement.
- * With `begin`, the text starts with `START TRANSACTION`, so the transaction
+ * With `begin`, the batch starts with `START TRANSACTION`, so the transaction
  * opens in the same round trip. The server runs the statements strictly in
  * order, so row locks are taken in exactly the order of the list; the first
  * failing statement stops the rest and the error propagates (as TypeORM's
  * `QueryFailedError`, with the driver error attached, so restart and unique
  * detection see the same shape as for a single statement).
  *
- * Parameters: MySQL interpolates `?` on the client (mysql2's `query`, as
- * TypeORM's single statements do; the pool runs with `multipleStatements`).
- * PostgreSQL's extended protocol takes one statement per message, so a batch
- * uses the simple protocol with every parameter inlined as a literal:
- * strings through the driver's `escapeLiteral`, finite numbers, bigints,
- * booleans and null. The inliner refuses anything else; `Tx` checks first and
- * sends a batch holding such a value one statement per round trip instead.
- * A statement that recurs runs as `EXECUTE` of a statement prepared once per
- * connection (src/db/pg-prepared.ts): the server skips parsing and planning.
- * On MariaDB likewise (src/db/mysql-prepared.ts: `EXECUTE ... USING` with the
- * values the driver fills in; the server skips parsing). A MySQL statement
+ * PostgreSQL: one pipeline of the extended protocol (src/db/pg-pipeline.ts,
+ * ADR 0053) — a statement that recurs is prepared once per connection and
+ * bound with its values (src/db/pg-prepared.ts); one not prepared runs as
+ * the unnamed statement with its values inlined as literals (strings through
+ * the driver's `escapeLiteral`, finite numbers, bigints, booleans and null).
+ * The inliner refuses anything else; `Tx` checks first and sends a batch
+ * holding such a value one statement per round trip instead.
+ * MySQL: one multi-statement text; mysql2 interpolates `?` on the client
+ * (as TypeORM's single statements do; the pool runs with `multipleStatements`).
+ * A statement that recurs runs as `EXECUTE ... USING` of one prepared once
+ * per connection (src/db/mysql-prepared.ts), with the values the driver fills
+ * in; the server skips parsing. A MySQL statement
  * alone, and COMMIT or a session's settings, go the same way, as a batch of one
  * sent as it is (`prepare: false`): through mysql2's callback API, never its
  * promise wrapper (ADR 0045).

@@ -1,7 +1,7 @@
 /**
  * One SQL statement with its bound values, and how a value becomes a
- * PostgreSQL literal when a statement travels in the simple protocol
- * (src/db/batch.ts, src/db/pg-prepared.ts).
+ * PostgreSQL literal when a statement runs unprepared in a batch, and how a
+ * batch is rendered as text (src/db/batch.ts, src/db/pg-prepared.ts).
  *
  * Contract: `inlinePgParams(sql, params)` replaces each `?` with its value:
  * strings as the driver's `escapeLiteral` writes them (`pgStringLiteral`,
