@@ -32,7 +32,7 @@ import { QueryFailedError, type QueryRunner } from 'typeorm';
 import type { Dialect } from './config';
 import { mysqlBatchTexts } from './mysql-prepared';
 import { runPipeline } from './pg-pipeline';
-import { pgBatch } from './pg-prepared';
+import { BEGIN, pgBatch } from './pg-prepared';
 import type { SqlParam, Statement } from './statement';
 
 export { inlinable, inlinePgParams } from './statement';
@@ -71,8 +71,6 @@ function mysqlQuery(conn: object, text: string, params: readonly unknown[]): Pro
     (conn as MysqlCallbackConnection).query(text, [...params], (err, answer) => (err ? reject(err) : resolve(answer)));
   });
 }
-
-const BEGIN = 'START TRANSACTION';
 
 export async function sendBatch(
   qr: QueryRunner,

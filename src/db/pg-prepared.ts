@@ -37,7 +37,8 @@ import { inlinePgParams, pgLiteralList, type Statement } from './statement';
 import type { PipelineStep } from './pg-pipeline';
 import { markUnpreparable, MAX_PER_CONNECTION, preparedNameFor, settleWith } from './prepared-texts';
 
-const BEGIN = 'START TRANSACTION';
+/** The statement that opens a batch's transaction (both dialects). */
+export const BEGIN = 'START TRANSACTION';
 
 /** Errors that say the server could not prepare a text as written (parameter types it cannot infer). */
 const UNPREPARABLE_CODES = new Set(['42P18', '42P08', '42804', '42725', '42883']);

@@ -9,18 +9,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { runTransaction, type Tx } from '../../src/db/tx';
-import { sql, useTestDb } from '../support/db';
+import { runTransaction } from '../../src/db/tx';
+import { insertWorkspace, sql, useTestDb } from '../support/db';
 
 const t = useTestDb(1);
 const SEQ = 'batch_pipeline_probe';
-
-function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
-  return tx.exec(
-    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
-    [id, name],
-  );
-}
 
 const nextSql = () => (t.db.dialect === 'postgres' ? `SELECT nextval('${SEQ}') AS v` : `SELECT NEXTVAL(${SEQ}) AS v`);
 

@@ -13,16 +13,9 @@ import { describe, expect, it, vi } from 'vitest';
 import { inlinePgParams } from '../../src/db/batch';
 import { readRows, runTransaction, statementsIssued, type Tx } from '../../src/db/tx';
 import { countRoundTrips } from '../support/round-trips';
-import { sql, useTestDb } from '../support/db';
+import { insertWorkspace, sql, useTestDb } from '../support/db';
 
 const t = useTestDb();
-
-function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
-  return tx.exec(
-    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
-    [id, name],
-  );
-}
 
 async function names(ids: string[]): Promise<string[]> {
   const rows = await sql<{ id: string; name: string }>(

@@ -10,18 +10,11 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { runTransaction, type Tx } from '../../src/db/tx';
 import { ConflictError, isTaskLedgerError } from '../../src/domain/errors';
-import { sql, useTestDb } from '../support/db';
+import { insertWorkspace, sql, useTestDb } from '../support/db';
 import { toDialectSql } from '../../src/db/dialect';
 import { countRoundTrips, sentStatements } from '../support/round-trips';
 
 const t = useTestDb();
-
-function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
-  return tx.exec(
-    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
-    [id, name],
-  );
-}
 
 function rename(tx: Tx, id: string, from: string, to: string): void {
   tx.expect(

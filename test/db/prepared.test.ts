@@ -15,18 +15,11 @@ import { bool, execOnce, readRows, runTransaction, type Tx } from '../../src/db/
 import { uniqueViolationConstraint } from '../../src/db/dialect';
 import { mysqlBatchTexts } from '../../src/db/mysql-prepared';
 import { preparedNameOf } from '../../src/db/prepared-texts';
-import { useTestDb } from '../support/db';
+import { insertWorkspace, useTestDb } from '../support/db';
 
 const t = useTestDb(1);
 
 const SELECT_NAME = 'SELECT name FROM workspaces WHERE id = ? AND state = ?';
-
-function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
-  return tx.exec(
-    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
-    [id, name],
-  );
-}
 
 async function nameOf(id: string): Promise<string | undefined> {
   const rows = await runTransaction(t.db, 'PreparedRead', (tx) =>

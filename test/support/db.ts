@@ -6,7 +6,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { dbConfigFromEnv } from '../../src/db/config';
 import { createDataSource } from '../../src/db/data-source';
 import { isRetryableError, toDialectSql } from '../../src/db/dialect';
-import type { Db, SqlParam } from '../../src/db/tx';
+import type { Db, SqlParam, Tx } from '../../src/db/tx';
 
 /** Opens one DataSource for the calling test file and closes it afterwards. */
 export function useTestDb(poolSize = 6): { readonly db: Db } {
@@ -43,4 +43,12 @@ export async function sql<T = Record<string, unknown>>(db: Db, text: string, par
 export async function count(db: Db, table: string, where = '1 = 1', params: SqlParam[] = []): Promise<number> {
   const rows = await sql<{ n: string | number }>(db, `SELECT COUNT(*) AS n FROM ${table} WHERE ${where}`, params);
   return Number(rows[0]!.n);
+}
+
+/** One active workspace row written inside `tx` (the statement the batch and prepared-statement tests send). */
+export function insertWorkspace(tx: Tx, id: string, name: string): Promise<number> {
+  return tx.exec(
+    `INSERT INTO workspaces (id, name, state, created_at, updated_at) VALUES (?, ?, 'active', ${tx.now}, ${tx.now})`,
+    [id, name],
+  );
 }
