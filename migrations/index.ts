@@ -17,6 +17,7 @@ import { BarrierScopeIndex1796170560000 } from './1796170560000-BarrierScopeInde
 import { OutboxOperationIndex1796170620000 } from './1796170620000-OutboxOperationIndex';
 import { StepLeaseIndex1796170680000 } from './1796170680000-StepLeaseIndex';
 import { WorkflowWorkspaceIndexes1796170740000 } from './1796170740000-WorkflowWorkspaceIndexes';
+import { ClosedSetDomains1796170800000 } from './1796170800000-ClosedSetDomains';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -33,4 +34,5 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   OutboxOperationIndex1796170620000,
   StepLeaseIndex1796170680000,
   WorkflowWorkspaceIndexes1796170740000,
+  ClosedSetDomains1796170800000,
 ];
