@@ -17,7 +17,6 @@ import { BarrierScopeIndex1796170560000 } from './1796170560000-BarrierScopeInde
 import { OutboxOperationIndex1796170620000 } from './1796170620000-OutboxOperationIndex';
 import { StepLeaseIndex1796170680000 } from './1796170680000-StepLeaseIndex';
 import { WorkflowWorkspaceIndexes1796170740000 } from './1796170740000-WorkflowWorkspaceIndexes';
-import { ClosedSetDomains1796170800000 } from './1796170800000-ClosedSetDomains';
 
 export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   SetupAndAuthority1796169600000,
@@ -34,5 +33,4 @@ export const ALL_MIGRATIONS: (new () => MigrationInterface)[] = [
   OutboxOperationIndex1796170620000,
   StepLeaseIndex1796170680000,
   WorkflowWorkspaceIndexes1796170740000,
-  ClosedSetDomains1796170800000,
 ];

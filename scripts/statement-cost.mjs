@@ -20,6 +20,7 @@
  * Options: --rounds N (alternations, default 4), --count N (batches or updates per side and round).
  * Diagnostic only: nothing in taskledger loads it.
  */
+import { Buffer } from 'node:buffer';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';

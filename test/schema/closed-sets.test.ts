@@ -51,39 +51,6 @@ describe(`closed value sets (${DIALECT})`, () => {
       }
     });
 
-    it(
-      DIALECT === 'postgres'
-        ? `is its column's domain closed_${table}_${column}, whose CHECK is ${check} (ADR 0054)`
-        : `is the table's CHECK ${check}`,
-      async () => {
-        if (DIALECT === 'postgres') {
-          const rows = (await ds.query(
-            `SELECT ty.typname AS domain, k.conname AS name
-               FROM pg_attribute a
-               JOIN pg_class cl ON cl.oid = a.attrelid
-               JOIN pg_namespace ns ON ns.oid = cl.relnamespace AND ns.nspname = current_schema()
-               JOIN pg_type ty ON ty.oid = a.atttypid
-               LEFT JOIN pg_constraint k ON k.contypid = ty.oid
-              WHERE cl.relname = $1 AND a.attname = $2`,
-            [table, column],
-          )) as unknown[];
-          expect(rows).toEqual([{ domain: `closed_${table}_${column}`, name: check }]);
-          const tableChecks = (await ds.query(
-            `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c' AND conname = $2`,
-            [table, check],
-          )) as unknown[];
-          expect(tableChecks).toEqual([]);
-        } else {
-          const rows = (await ds.query(
-            `SELECT constraint_name AS name FROM information_schema.table_constraints
-              WHERE table_schema = DATABASE() AND table_name = ? AND constraint_type = 'CHECK' AND constraint_name = ?`,
-            [table, check],
-          )) as unknown[];
-          expect(rows).toEqual([{ name: check }]);
-        }
-      },
-    );
-
     it(`rejects an out-of-set value with ${check}`, async () => {
       await expectRejected(insertValid(ds, table, { [column]: 'bogus' }), check);
     });

@@ -39,15 +39,11 @@ export async function readTables(ds: DataSource): Promise<string[]> {
 export async function readColumns(ds: DataSource): Promise<ActualColumn[]> {
   if (DIALECT === 'postgres') {
     const rows = (await ds.query(`
-      SELECT c.relname AS t, a.attname AS c,
-             -- A closed set's column is a domain of its type (ADR 0054): the type is the domain's base type.
-             CASE WHEN ty.typtype = 'd' THEN format_type(ty.typbasetype, ty.typtypmod)
-                  ELSE format_type(a.atttypid, a.atttypmod) END AS type,
+      SELECT c.relname AS t, a.attname AS c, format_type(a.atttypid, a.atttypmod) AS type,
              NOT a.attnotnull AS nullable, coll.collname AS collation, a.attidentity AS generated
       FROM pg_attribute a
       JOIN pg_class c ON c.oid = a.attrelid
       JOIN pg_namespace n ON n.oid = c.relnamespace
-      JOIN pg_type ty ON ty.oid = a.atttypid
       LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
       WHERE n.nspname = current_schema() AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
       ORDER BY c.relname, a.attnum`)) as {
@@ -124,16 +120,6 @@ export async function readKeys(ds: DataSource): Promise<Map<string, ActualKeys>>
       else if (c.type === 'f') k.foreignKeys[c.name] = { columns: c.cols, table: c.ref };
       else if (c.type === 'c') k.checks.push(c.name);
     }
-    // A closed set's CHECK is its column's domain's (ADR 0054): the table's all the same.
-    const domainChecks = (await ds.query(`
-      SELECT cl.relname AS t, k.conname AS name
-      FROM pg_attribute a
-      JOIN pg_class cl ON cl.oid = a.attrelid AND cl.relkind = 'r'
-      JOIN pg_namespace ns ON ns.oid = cl.relnamespace
-      JOIN pg_type ty ON ty.oid = a.atttypid AND ty.typtype = 'd'
-      JOIN pg_constraint k ON k.contypid = ty.oid
-      WHERE ns.nspname = current_schema() AND a.attnum > 0 AND NOT a.attisdropped`)) as { t: string; name: string }[];
-    for (const c of domainChecks) keysOf(map, c.t).checks.push(c.name);
     const ixs = (await ds.query(`
       SELECT t.relname AS t, i.relname AS name,
              array(SELECT a.attname::text FROM unnest(ix.indkey::int2[]) WITH ORDINALITY k(n, o)

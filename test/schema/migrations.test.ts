@@ -57,28 +57,6 @@ async function indexesOf(table: string): Promise<string[]> {
 
 const dispatchClaimIndexes = (): Promise<string[]> => indexesOf('task_launch_dispatch_claims');
 
-/** The table's own CHECK constraints (a domain's are not among them). */
-async function tableChecksOf(table: string): Promise<string[]> {
-  const rows = (await ds.query(
-    DIALECT === 'postgres'
-      ? `SELECT conname AS name FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c' ORDER BY conname`
-      : `SELECT constraint_name AS name FROM information_schema.table_constraints
-          WHERE table_schema = DATABASE() AND table_name = ? AND constraint_type = 'CHECK' ORDER BY constraint_name`,
-    [table],
-  )) as { name: string }[];
-  return rows.map((r) => r.name);
-}
-
-/** PostgreSQL's domains in the schema (none on MySQL, which has none). */
-async function domains(): Promise<string[]> {
-  if (DIALECT !== 'postgres') return [];
-  const rows = (await ds.query(
-    `SELECT t.typname AS name FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-      WHERE n.nspname = current_schema() AND t.typtype = 'd' ORDER BY t.typname`,
-  )) as { name: string }[];
-  return rows.map((r) => r.name);
-}
-
 let ds: DataSource;
 
 beforeAll(async () => {
@@ -126,27 +104,6 @@ describe(`migration history (${DIALECT})`, () => {
     expect(applied).toHaveLength(ALL_MIGRATIONS.length);
     expect(await readTables(ds)).toEqual(all);
     expect(await dump(scratchUrl)).toBe(await committedDump());
-
-    // ClosedSetDomains (ADR 0054): on PostgreSQL each closed set is its column's domain, and down() makes it the
-    // table's CHECK again; MySQL keeps the table's CHECKs throughout.
-    const stepSets = ['compensation_state', 'disposition', 'kind', 'state'];
-    const stepChecks = [
-      'chk_task_creation_steps_cancelled_disposition',
-      'chk_task_creation_steps_launch_only_states',
-      ...stepSets.map((c) => `chk_task_creation_steps_${c}`),
-    ].sort();
-    const closedSets = EXPECTED_TABLES.reduce((n, t) => n + Object.keys(t.in).length, 0);
-    expect(await domains()).toHaveLength(DIALECT === 'postgres' ? closedSets : 0);
-    expect(await domains()).toEqual(
-      expect.arrayContaining(DIALECT === 'postgres' ? stepSets.map((c) => `closed_task_creation_steps_${c}`) : []),
-    );
-    expect(await tableChecksOf('task_creation_steps')).toEqual(
-      DIALECT === 'postgres' ? stepChecks.filter((c) => !stepSets.some((s) => c.endsWith(`steps_${s}`))) : stepChecks,
-    );
-    await ds.undoLastMigration({ transaction: 'each' });
-    expect(await domains()).toEqual([]);
-    expect(await tableChecksOf('task_creation_steps')).toEqual(stepChecks);
-    expect(await readTables(ds)).toEqual(all);
 
     // WorkflowWorkspaceIndexes: down() drops exactly its two indexes.
     expect(await indexesOf('workflows')).toContain('ix_workflows_workspace_created');
@@ -226,13 +183,13 @@ describe(`migration history (${DIALECT})`, () => {
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle);
     expect(await repositoryColumns()).toEqual(['id', 'workspace_id', 'name', 'path', 'default_branch', 'created_at']);
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 11);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 10);
 
     await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual(beforeLifecycle.filter((t) => !CLEANUP_LAUNCH_EVENTS_TABLES.includes(t)));
-    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 12);
+    expect(await appliedCount()).toBe(ALL_MIGRATIONS.length - 11);
 
-    for (let i = 12; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    for (let i = 11; i < ALL_MIGRATIONS.length; i++) await ds.undoLastMigration({ transaction: 'each' });
     expect(await readTables(ds)).toEqual([MIGRATIONS_TABLE]);
     expect(await appliedCount()).toBe(0);
 

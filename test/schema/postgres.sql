@@ -14,223 +14,6 @@ SET xmloption = content;
 SET client_min_messages = warning;
 SET row_security = off;
 
---
--- Name: closed_agent_profiles_executor_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_agent_profiles_executor_kind AS character varying(32)
-	CONSTRAINT chk_agent_profiles_executor_kind CHECK (((VALUE)::text = 'local'::text));
-
---
--- Name: closed_api_tokens_role; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_api_tokens_role AS character varying(16)
-	CONSTRAINT chk_api_tokens_role CHECK (((VALUE)::text = ANY (ARRAY[('operator'::character varying)::text, ('member'::character varying)::text])));
-
---
--- Name: closed_archive_membership_barriers_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_archive_membership_barriers_kind AS character varying(24)
-	CONSTRAINT chk_archive_membership_barriers_kind CHECK (((VALUE)::text = ANY (ARRAY[('archive'::character varying)::text, ('workspace_deletion'::character varying)::text])));
-
---
--- Name: closed_archive_membership_barriers_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_archive_membership_barriers_state AS character varying(16)
-	CONSTRAINT chk_archive_membership_barriers_state CHECK (((VALUE)::text = ANY (ARRAY[('active'::character varying)::text, ('released'::character varying)::text])));
-
---
--- Name: closed_event_outbox_type; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_event_outbox_type AS character varying(40)
-	CONSTRAINT chk_event_outbox_type CHECK (((VALUE)::text = ANY (ARRAY[('task.created'::character varying)::text, ('task.deleted'::character varying)::text, ('task.dependencies_resolved'::character varying)::text])));
-
---
--- Name: closed_executors_running_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_executors_running_state AS character varying(16)
-	CONSTRAINT chk_executors_running_state CHECK (((VALUE)::text = ANY (ARRAY[('starting'::character varying)::text, ('running'::character varying)::text, ('exited'::character varying)::text])));
-
---
--- Name: closed_external_id_releases_holder_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_external_id_releases_holder_state AS character varying(24)
-	CONSTRAINT chk_external_id_releases_holder_state CHECK (((VALUE)::text = ANY (ARRAY[('preparing'::character varying)::text, ('completed'::character varying)::text])));
-
---
--- Name: closed_external_id_releases_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_external_id_releases_state AS character varying(16)
-	CONSTRAINT chk_external_id_releases_state CHECK (((VALUE)::text = ANY (ARRAY[('running'::character varying)::text, ('completed'::character varying)::text])));
-
---
--- Name: closed_provider_connections_provider; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_provider_connections_provider AS character varying(16)
-	CONSTRAINT chk_provider_connections_provider CHECK (((VALUE)::text = ANY (ARRAY[('github'::character varying)::text, ('gitlab'::character varying)::text])));
-
---
--- Name: closed_task_creation_operations_recovery_action; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_operations_recovery_action AS character varying(40)
-	CONSTRAINT chk_task_creation_operations_recovery_action CHECK (((VALUE)::text = ANY (ARRAY[('reconcile_unknown_step'::character varying)::text, ('retry_compensation'::character varying)::text, ('resume_preparing'::character varying)::text, ('complete_preparing'::character varying)::text, ('retry_preparing_release'::character varying)::text, ('complete_completing'::character varying)::text, ('abort_preparing'::character varying)::text, ('reconcile_launch_dispatch'::character varying)::text, ('retry_launch_dispatch'::character varying)::text, ('transfer_launch_dispatch'::character varying)::text, ('replay_terminal'::character varying)::text])));
-
---
--- Name: closed_task_creation_operations_result_outcome; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_operations_result_outcome AS character varying(24)
-	CONSTRAINT chk_task_creation_operations_result_outcome CHECK (((VALUE)::text = ANY (ARRAY[('Created'::character varying)::text, ('FoundSettled'::character varying)::text, ('FoundUnsettled'::character varying)::text, ('CreatedIdentityLost'::character varying)::text])));
-
---
--- Name: closed_task_creation_operations_start_policy; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_operations_start_policy AS character varying(16)
-	CONSTRAINT chk_task_creation_operations_start_policy CHECK (((VALUE)::text = ANY (ARRAY[('none'::character varying)::text, ('immediate'::character varying)::text, ('deferred'::character varying)::text])));
-
---
--- Name: closed_task_creation_operations_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_operations_state AS character varying(24)
-	CONSTRAINT chk_task_creation_operations_state CHECK (((VALUE)::text = ANY (ARRAY[('preparing'::character varying)::text, ('preparing-release'::character varying)::text, ('completing'::character varying)::text, ('completed'::character varying)::text, ('aborted'::character varying)::text])));
-
---
--- Name: closed_task_creation_steps_compensation_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_steps_compensation_state AS character varying(16)
-	CONSTRAINT chk_task_creation_steps_compensation_state CHECK (((VALUE)::text = ANY (ARRAY[('none'::character varying)::text, ('required'::character varying)::text, ('running'::character varying)::text, ('retry_wait'::character varying)::text, ('compensated'::character varying)::text, ('transferred'::character varying)::text, ('unknown'::character varying)::text])));
-
---
--- Name: closed_task_creation_steps_disposition; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_steps_disposition AS character varying(24)
-	CONSTRAINT chk_task_creation_steps_disposition CHECK (((VALUE)::text = ANY (ARRAY[('none'::character varying)::text, ('workspace_deleted'::character varying)::text])));
-
---
--- Name: closed_task_creation_steps_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_steps_kind AS character varying(40)
-	CONSTRAINT chk_task_creation_steps_kind CHECK (((VALUE)::text = ANY (ARRAY[('workspace_attachment'::character varying)::text, ('attachment_claim'::character varying)::text, ('fresh_branch_prepare'::character varying)::text, ('remote_contribution_associate'::character varying)::text, ('session_prepare'::character varying)::text, ('launch_intent'::character varying)::text])));
-
---
--- Name: closed_task_creation_steps_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_creation_steps_state AS character varying(16)
-	CONSTRAINT chk_task_creation_steps_state CHECK (((VALUE)::text = ANY (ARRAY[('planned'::character varying)::text, ('armed'::character varying)::text, ('running'::character varying)::text, ('retry_wait'::character varying)::text, ('unknown'::character varying)::text, ('failed'::character varying)::text, ('succeeded'::character varying)::text, ('cancelled'::character varying)::text])));
-
---
--- Name: closed_task_environments_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_environments_kind AS character varying(16)
-	CONSTRAINT chk_task_environments_kind CHECK (((VALUE)::text = ANY (ARRAY[('task'::character varying)::text, ('shared'::character varying)::text])));
-
---
--- Name: closed_task_identities_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_identities_state AS character varying(16)
-	CONSTRAINT chk_task_identities_state CHECK (((VALUE)::text = ANY (ARRAY[('preparing'::character varying)::text, ('completed'::character varying)::text, ('aborted'::character varying)::text, ('deleted'::character varying)::text])));
-
---
--- Name: closed_task_launch_dispatch_claims_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_launch_dispatch_claims_state AS character varying(16)
-	CONSTRAINT chk_task_launch_dispatch_claims_state CHECK (((VALUE)::text = ANY (ARRAY[('planned'::character varying)::text, ('running'::character varying)::text, ('unknown'::character varying)::text, ('retry_wait'::character varying)::text, ('succeeded'::character varying)::text, ('cancelled'::character varying)::text, ('transferred'::character varying)::text])));
-
---
--- Name: closed_task_message_attachments_owner_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_message_attachments_owner_kind AS character varying(16)
-	CONSTRAINT chk_task_message_attachments_owner_kind CHECK (((VALUE)::text = ANY (ARRAY[('staging'::character varying)::text, ('task'::character varying)::text])));
-
---
--- Name: closed_task_resource_cleanup_jobs_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_resource_cleanup_jobs_kind AS character varying(40)
-	CONSTRAINT chk_task_resource_cleanup_jobs_kind CHECK (((VALUE)::text = ANY (ARRAY[('workspace_attachment'::character varying)::text, ('attachment_claim'::character varying)::text, ('fresh_branch_prepare'::character varying)::text, ('remote_contribution_associate'::character varying)::text, ('session_prepare'::character varying)::text, ('launch_intent'::character varying)::text, ('launch_dispatch'::character varying)::text])));
-
---
--- Name: closed_task_resource_cleanup_jobs_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_resource_cleanup_jobs_state AS character varying(16)
-	CONSTRAINT chk_task_resource_cleanup_jobs_state CHECK (((VALUE)::text = ANY (ARRAY[('pending'::character varying)::text, ('running'::character varying)::text, ('retry_wait'::character varying)::text, ('done'::character varying)::text, ('unknown'::character varying)::text])));
-
---
--- Name: closed_task_revisions_kind; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_revisions_kind AS character varying(16)
-	CONSTRAINT chk_task_revisions_kind CHECK (((VALUE)::text = ANY (ARRAY[('created'::character varying)::text, ('deleted'::character varying)::text])));
-
---
--- Name: closed_task_sessions_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_task_sessions_state AS character varying(16)
-	CONSTRAINT chk_task_sessions_state CHECK (((VALUE)::text = ANY (ARRAY[('prepared'::character varying)::text, ('starting'::character varying)::text, ('running'::character varying)::text, ('stopped'::character varying)::text])));
-
---
--- Name: closed_tasks_creation_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_tasks_creation_state AS character varying(16)
-	CONSTRAINT chk_tasks_creation_state CHECK (((VALUE)::text = ANY (ARRAY[('preparing'::character varying)::text, ('completing'::character varying)::text, ('completed'::character varying)::text])));
-
---
--- Name: closed_tasks_lifecycle_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_tasks_lifecycle_state AS character varying(16)
-	CONSTRAINT chk_tasks_lifecycle_state CHECK (((VALUE)::text = ANY (ARRAY[('live'::character varying)::text, ('done'::character varying)::text, ('deleted'::character varying)::text])));
-
---
--- Name: closed_tasks_start_policy; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_tasks_start_policy AS character varying(16)
-	CONSTRAINT chk_tasks_start_policy CHECK (((VALUE)::text = ANY (ARRAY[('none'::character varying)::text, ('immediate'::character varying)::text, ('deferred'::character varying)::text])));
-
---
--- Name: closed_workspace_deletions_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_workspace_deletions_state AS character varying(16)
-	CONSTRAINT chk_workspace_deletions_state CHECK (((VALUE)::text = ANY (ARRAY[('running'::character varying)::text, ('completed'::character varying)::text])));
-
---
--- Name: closed_workspace_group_members_role; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_workspace_group_members_role AS character varying(16)
-	CONSTRAINT chk_workspace_group_members_role CHECK (((VALUE)::text = ANY (ARRAY[('member'::character varying)::text, ('lead'::character varying)::text])));
-
---
--- Name: closed_workspaces_state; Type: DOMAIN; Schema: public; Owner: -
---
-
-CREATE DOMAIN public.closed_workspaces_state AS character varying(16)
-	CONSTRAINT chk_workspaces_state CHECK (((VALUE)::text = ANY (ARRAY[('active'::character varying)::text, ('deleting'::character varying)::text, ('deleted'::character varying)::text])));
-
 SET default_tablespace = '';
 
 SET default_table_access_method = heap;
@@ -243,9 +26,10 @@ CREATE TABLE public.agent_profiles (
     id uuid NOT NULL,
     workspace_id uuid NOT NULL,
     name character varying(200) NOT NULL,
-    executor_kind public.closed_agent_profiles_executor_kind NOT NULL,
+    executor_kind character varying(32) NOT NULL,
     executor_json text NOT NULL,
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_agent_profiles_executor_kind CHECK (((executor_kind)::text = 'local'::text))
 );
 
 --
@@ -256,11 +40,12 @@ CREATE TABLE public.api_tokens (
     id uuid NOT NULL,
     workspace_id uuid,
     principal_id character varying(200) NOT NULL,
-    role public.closed_api_tokens_role NOT NULL,
+    role character varying(16) NOT NULL,
     token_sha256 character(64) NOT NULL,
     revision integer DEFAULT 1 NOT NULL,
     revoked_at timestamp(3) with time zone,
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_api_tokens_role CHECK (((role)::text = ANY ((ARRAY['operator'::character varying, 'member'::character varying])::text[])))
 );
 
 --
@@ -270,10 +55,12 @@ CREATE TABLE public.api_tokens (
 CREATE TABLE public.archive_membership_barriers (
     operation_id uuid NOT NULL,
     scope_workspace_id uuid NOT NULL,
-    kind public.closed_archive_membership_barriers_kind NOT NULL,
-    state public.closed_archive_membership_barriers_state NOT NULL,
+    kind character varying(24) NOT NULL,
+    state character varying(16) NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    released_at timestamp(3) with time zone
+    released_at timestamp(3) with time zone,
+    CONSTRAINT chk_archive_membership_barriers_kind CHECK (((kind)::text = ANY ((ARRAY['archive'::character varying, 'workspace_deletion'::character varying])::text[]))),
+    CONSTRAINT chk_archive_membership_barriers_state CHECK (((state)::text = ANY ((ARRAY['active'::character varying, 'released'::character varying])::text[])))
 );
 
 --
@@ -286,13 +73,14 @@ CREATE TABLE public.event_outbox (
     workspace_id uuid NOT NULL,
     task_id uuid NOT NULL,
     revision integer NOT NULL,
-    type public.closed_event_outbox_type NOT NULL,
+    type character varying(40) NOT NULL,
     operation_id uuid NOT NULL,
     payload_json text NOT NULL,
     payload_sha256 character(64) NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     delivered_at timestamp(3) with time zone,
-    delivery_attempts integer DEFAULT 0 NOT NULL
+    delivery_attempts integer DEFAULT 0 NOT NULL,
+    CONSTRAINT chk_event_outbox_type CHECK (((type)::text = ANY ((ARRAY['task.created'::character varying, 'task.deleted'::character varying, 'task.dependencies_resolved'::character varying])::text[])))
 );
 
 --
@@ -320,9 +108,10 @@ CREATE TABLE public.executors_running (
     dispatch_claim_id uuid NOT NULL,
     runtime_handle text NOT NULL,
     pid integer,
-    state public.closed_executors_running_state NOT NULL,
+    state character varying(16) NOT NULL,
     started_at timestamp(3) with time zone NOT NULL,
-    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_executors_running_state CHECK (((state)::text = ANY ((ARRAY['starting'::character varying, 'running'::character varying, 'exited'::character varying])::text[])))
 );
 
 --
@@ -335,12 +124,14 @@ CREATE TABLE public.external_id_releases (
     task_id uuid NOT NULL,
     creation_operation_id uuid NOT NULL,
     external_id character varying(255) NOT NULL COLLATE pg_catalog."C",
-    holder_state public.closed_external_id_releases_holder_state NOT NULL,
-    state public.closed_external_id_releases_state NOT NULL,
+    holder_state character varying(24) NOT NULL,
+    state character varying(16) NOT NULL,
     requested_by character varying(200) NOT NULL,
     requested_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    completed_at timestamp(3) with time zone
+    completed_at timestamp(3) with time zone,
+    CONSTRAINT chk_external_id_releases_holder_state CHECK (((holder_state)::text = ANY ((ARRAY['preparing'::character varying, 'completed'::character varying])::text[]))),
+    CONSTRAINT chk_external_id_releases_state CHECK (((state)::text = ANY ((ARRAY['running'::character varying, 'completed'::character varying])::text[])))
 );
 
 --
@@ -359,10 +150,11 @@ CREATE TABLE public.lock_keys (
 CREATE TABLE public.provider_connections (
     id uuid NOT NULL,
     workspace_id uuid NOT NULL,
-    provider public.closed_provider_connections_provider NOT NULL,
+    provider character varying(16) NOT NULL,
     base_url character varying(1024) NOT NULL,
     token character varying(1024) NOT NULL,
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_provider_connections_provider CHECK (((provider)::text = ANY ((ARRAY['github'::character varying, 'gitlab'::character varying])::text[])))
 );
 
 --
@@ -400,17 +192,17 @@ CREATE TABLE public.task_creation_operations (
     id uuid NOT NULL,
     workspace_id uuid NOT NULL,
     task_id uuid NOT NULL,
-    state public.closed_task_creation_operations_state NOT NULL,
+    state character varying(24) NOT NULL,
     plan_json text NOT NULL,
     manifest_hash character(64) NOT NULL,
     actor_json text NOT NULL,
     actor_binding_hash character(64) NOT NULL,
     completion_token_sha256 character(64) NOT NULL,
-    start_policy public.closed_task_creation_operations_start_policy NOT NULL,
+    start_policy character varying(16) NOT NULL,
     generation integer DEFAULT 0 NOT NULL,
     lease_owner character varying(200),
     lease_expires_at timestamp(3) with time zone,
-    recovery_action public.closed_task_creation_operations_recovery_action,
+    recovery_action character varying(40),
     recovery_generation integer DEFAULT 0 NOT NULL,
     recovery_owner character varying(200),
     recovery_lease_expires_at timestamp(3) with time zone,
@@ -418,7 +210,7 @@ CREATE TABLE public.task_creation_operations (
     release_operation_id uuid,
     release_generation integer DEFAULT 0 NOT NULL,
     release_applied boolean DEFAULT false NOT NULL,
-    result_outcome public.closed_task_creation_operations_result_outcome,
+    result_outcome character varying(24),
     result_revision integer,
     result_event_id uuid,
     abort_cause character varying(64),
@@ -428,7 +220,11 @@ CREATE TABLE public.task_creation_operations (
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     completing_at timestamp(3) with time zone,
     completed_at timestamp(3) with time zone,
-    aborted_at timestamp(3) with time zone
+    aborted_at timestamp(3) with time zone,
+    CONSTRAINT chk_task_creation_operations_recovery_action CHECK (((recovery_action)::text = ANY ((ARRAY['reconcile_unknown_step'::character varying, 'retry_compensation'::character varying, 'resume_preparing'::character varying, 'complete_preparing'::character varying, 'retry_preparing_release'::character varying, 'complete_completing'::character varying, 'abort_preparing'::character varying, 'reconcile_launch_dispatch'::character varying, 'retry_launch_dispatch'::character varying, 'transfer_launch_dispatch'::character varying, 'replay_terminal'::character varying])::text[]))),
+    CONSTRAINT chk_task_creation_operations_result_outcome CHECK (((result_outcome)::text = ANY ((ARRAY['Created'::character varying, 'FoundSettled'::character varying, 'FoundUnsettled'::character varying, 'CreatedIdentityLost'::character varying])::text[]))),
+    CONSTRAINT chk_task_creation_operations_start_policy CHECK (((start_policy)::text = ANY ((ARRAY['none'::character varying, 'immediate'::character varying, 'deferred'::character varying])::text[]))),
+    CONSTRAINT chk_task_creation_operations_state CHECK (((state)::text = ANY ((ARRAY['preparing'::character varying, 'preparing-release'::character varying, 'completing'::character varying, 'completed'::character varying, 'aborted'::character varying])::text[])))
 );
 
 --
@@ -440,12 +236,12 @@ CREATE TABLE public.task_creation_steps (
     operation_id uuid NOT NULL,
     task_id uuid NOT NULL,
     workspace_id uuid NOT NULL,
-    kind public.closed_task_creation_steps_kind NOT NULL,
+    kind character varying(40) NOT NULL,
     step_key character varying(255) NOT NULL,
     request_json text NOT NULL,
     request_sha256 character(64) NOT NULL,
     idempotency_key character(64) NOT NULL,
-    state public.closed_task_creation_steps_state NOT NULL,
+    state character varying(16) NOT NULL,
     generation integer DEFAULT 0 NOT NULL,
     attempt integer DEFAULT 0 NOT NULL,
     lease_owner character varying(200),
@@ -456,8 +252,8 @@ CREATE TABLE public.task_creation_steps (
     provider_handle character varying(1024),
     ownership_marker character(64),
     cleanup_job_id uuid,
-    disposition public.closed_task_creation_steps_disposition DEFAULT 'none'::character varying NOT NULL,
-    compensation_state public.closed_task_creation_steps_compensation_state DEFAULT 'none'::character varying NOT NULL,
+    disposition character varying(24) DEFAULT 'none'::character varying NOT NULL,
+    compensation_state character varying(16) DEFAULT 'none'::character varying NOT NULL,
     compensation_generation integer DEFAULT 0 NOT NULL,
     compensation_lease_owner character varying(200),
     compensation_lease_expires_at timestamp(3) with time zone,
@@ -468,7 +264,11 @@ CREATE TABLE public.task_creation_steps (
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     CONSTRAINT chk_task_creation_steps_cancelled_disposition CHECK ((((state)::text <> 'cancelled'::text) OR ((disposition)::text = 'workspace_deleted'::text))),
-    CONSTRAINT chk_task_creation_steps_launch_only_states CHECK ((((state)::text <> ALL (ARRAY[('armed'::character varying)::text, ('cancelled'::character varying)::text])) OR ((kind)::text = 'launch_intent'::text)))
+    CONSTRAINT chk_task_creation_steps_compensation_state CHECK (((compensation_state)::text = ANY ((ARRAY['none'::character varying, 'required'::character varying, 'running'::character varying, 'retry_wait'::character varying, 'compensated'::character varying, 'transferred'::character varying, 'unknown'::character varying])::text[]))),
+    CONSTRAINT chk_task_creation_steps_disposition CHECK (((disposition)::text = ANY ((ARRAY['none'::character varying, 'workspace_deleted'::character varying])::text[]))),
+    CONSTRAINT chk_task_creation_steps_kind CHECK (((kind)::text = ANY ((ARRAY['workspace_attachment'::character varying, 'attachment_claim'::character varying, 'fresh_branch_prepare'::character varying, 'remote_contribution_associate'::character varying, 'session_prepare'::character varying, 'launch_intent'::character varying])::text[]))),
+    CONSTRAINT chk_task_creation_steps_launch_only_states CHECK ((((state)::text <> ALL ((ARRAY['armed'::character varying, 'cancelled'::character varying])::text[])) OR ((kind)::text = 'launch_intent'::text))),
+    CONSTRAINT chk_task_creation_steps_state CHECK (((state)::text = ANY ((ARRAY['planned'::character varying, 'armed'::character varying, 'running'::character varying, 'retry_wait'::character varying, 'unknown'::character varying, 'failed'::character varying, 'succeeded'::character varying, 'cancelled'::character varying])::text[])))
 );
 
 --
@@ -509,10 +309,11 @@ CREATE TABLE public.task_environments (
     id uuid NOT NULL,
     workspace_id uuid NOT NULL,
     task_id uuid,
-    kind public.closed_task_environments_kind NOT NULL,
+    kind character varying(16) NOT NULL,
     operation_id uuid,
     name character varying(200),
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_task_environments_kind CHECK (((kind)::text = ANY ((ARRAY['task'::character varying, 'shared'::character varying])::text[])))
 );
 
 --
@@ -523,9 +324,10 @@ CREATE TABLE public.task_identities (
     task_id uuid NOT NULL,
     workspace_id uuid NOT NULL,
     operation_id uuid NOT NULL,
-    state public.closed_task_identities_state NOT NULL,
+    state character varying(16) NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_task_identities_state CHECK (((state)::text = ANY ((ARRAY['preparing'::character varying, 'completed'::character varying, 'aborted'::character varying, 'deleted'::character varying])::text[])))
 );
 
 --
@@ -538,7 +340,7 @@ CREATE TABLE public.task_launch_dispatch_claims (
     task_id uuid NOT NULL,
     session_id uuid NOT NULL,
     workspace_id uuid NOT NULL,
-    state public.closed_task_launch_dispatch_claims_state NOT NULL,
+    state character varying(16) NOT NULL,
     generation integer DEFAULT 0 NOT NULL,
     lease_owner character varying(200),
     lease_expires_at timestamp(3) with time zone,
@@ -553,7 +355,8 @@ CREATE TABLE public.task_launch_dispatch_claims (
     error_code character varying(64),
     error_json text,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_task_launch_dispatch_claims_state CHECK (((state)::text = ANY ((ARRAY['planned'::character varying, 'running'::character varying, 'unknown'::character varying, 'retry_wait'::character varying, 'succeeded'::character varying, 'cancelled'::character varying, 'transferred'::character varying])::text[])))
 );
 
 --
@@ -563,7 +366,7 @@ CREATE TABLE public.task_launch_dispatch_claims (
 CREATE TABLE public.task_message_attachments (
     id uuid NOT NULL,
     workspace_id uuid NOT NULL,
-    owner_kind public.closed_task_message_attachments_owner_kind NOT NULL,
+    owner_kind character varying(16) NOT NULL,
     staging_owner_id character varying(200) NOT NULL,
     task_id uuid,
     claimed_by_operation_id uuid,
@@ -572,7 +375,8 @@ CREATE TABLE public.task_message_attachments (
     size bigint NOT NULL,
     storage_path character varying(1024) NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_task_message_attachments_owner_kind CHECK (((owner_kind)::text = ANY ((ARRAY['staging'::character varying, 'task'::character varying])::text[])))
 );
 
 --
@@ -620,11 +424,11 @@ CREATE TABLE public.task_resource_cleanup_jobs (
     task_id uuid NOT NULL,
     operation_id uuid NOT NULL,
     step_id uuid,
-    kind public.closed_task_resource_cleanup_jobs_kind NOT NULL,
+    kind character varying(40) NOT NULL,
     reason character varying(64) NOT NULL,
     proof_json text NOT NULL,
     proof_sha256 character(64) NOT NULL,
-    state public.closed_task_resource_cleanup_jobs_state NOT NULL,
+    state character varying(16) NOT NULL,
     generation integer DEFAULT 0 NOT NULL,
     lease_owner character varying(200),
     lease_expires_at timestamp(3) with time zone,
@@ -634,7 +438,9 @@ CREATE TABLE public.task_resource_cleanup_jobs (
     error_json text,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp(3) with time zone
+    finished_at timestamp(3) with time zone,
+    CONSTRAINT chk_task_resource_cleanup_jobs_kind CHECK (((kind)::text = ANY ((ARRAY['workspace_attachment'::character varying, 'attachment_claim'::character varying, 'fresh_branch_prepare'::character varying, 'remote_contribution_associate'::character varying, 'session_prepare'::character varying, 'launch_intent'::character varying, 'launch_dispatch'::character varying])::text[]))),
+    CONSTRAINT chk_task_resource_cleanup_jobs_state CHECK (((state)::text = ANY ((ARRAY['pending'::character varying, 'running'::character varying, 'retry_wait'::character varying, 'done'::character varying, 'unknown'::character varying])::text[])))
 );
 
 --
@@ -660,10 +466,11 @@ CREATE TABLE public.task_revisions (
     task_id uuid NOT NULL,
     revision integer NOT NULL,
     workspace_id uuid NOT NULL,
-    kind public.closed_task_revisions_kind NOT NULL,
+    kind character varying(16) NOT NULL,
     operation_id uuid NOT NULL,
     event_id uuid NOT NULL,
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_task_revisions_kind CHECK (((kind)::text = ANY ((ARRAY['created'::character varying, 'deleted'::character varying])::text[])))
 );
 
 --
@@ -679,11 +486,12 @@ CREATE TABLE public.task_sessions (
     executor_profile_id character varying(100) NOT NULL,
     agent_profile_id uuid NOT NULL,
     launch_config_sha256 character(64) NOT NULL,
-    state public.closed_task_sessions_state NOT NULL,
+    state character varying(16) NOT NULL,
     operation_id uuid NOT NULL,
     step_id uuid NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_task_sessions_state CHECK (((state)::text = ANY ((ARRAY['prepared'::character varying, 'starting'::character varying, 'running'::character varying, 'stopped'::character varying])::text[])))
 );
 
 --
@@ -698,10 +506,10 @@ CREATE TABLE public.tasks (
     parent_id uuid,
     title character varying(500) NOT NULL,
     description text,
-    creation_state public.closed_tasks_creation_state NOT NULL,
-    lifecycle_state public.closed_tasks_lifecycle_state DEFAULT 'live'::character varying NOT NULL,
+    creation_state character varying(16) NOT NULL,
+    lifecycle_state character varying(16) DEFAULT 'live'::character varying NOT NULL,
     lifecycle_generation integer DEFAULT 1 NOT NULL,
-    start_policy public.closed_tasks_start_policy NOT NULL,
+    start_policy character varying(16) NOT NULL,
     wip_admitted boolean DEFAULT false NOT NULL,
     queued_for_step_id uuid,
     external_id character varying(255) COLLATE pg_catalog."C",
@@ -714,7 +522,10 @@ CREATE TABLE public.tasks (
     queued_at timestamp(3) with time zone,
     admitted_at timestamp(3) with time zone,
     deleted_at timestamp(3) with time zone,
-    deletion_operation_id uuid
+    deletion_operation_id uuid,
+    CONSTRAINT chk_tasks_creation_state CHECK (((creation_state)::text = ANY ((ARRAY['preparing'::character varying, 'completing'::character varying, 'completed'::character varying])::text[]))),
+    CONSTRAINT chk_tasks_lifecycle_state CHECK (((lifecycle_state)::text = ANY ((ARRAY['live'::character varying, 'done'::character varying, 'deleted'::character varying])::text[]))),
+    CONSTRAINT chk_tasks_start_policy CHECK (((start_policy)::text = ANY ((ARRAY['none'::character varying, 'immediate'::character varying, 'deferred'::character varying])::text[])))
 );
 
 --
@@ -751,7 +562,7 @@ CREATE TABLE public.workflows (
 CREATE TABLE public.workspace_deletions (
     id uuid NOT NULL,
     workspace_id uuid NOT NULL,
-    state public.closed_workspace_deletions_state NOT NULL,
+    state character varying(16) NOT NULL,
     requested_by character varying(200) NOT NULL,
     completed_creations integer DEFAULT 0 NOT NULL,
     aborted_creations integer DEFAULT 0 NOT NULL,
@@ -763,7 +574,8 @@ CREATE TABLE public.workspace_deletions (
     batches integer DEFAULT 0 NOT NULL,
     requested_at timestamp(3) with time zone DEFAULT now() NOT NULL,
     updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    completed_at timestamp(3) with time zone
+    completed_at timestamp(3) with time zone,
+    CONSTRAINT chk_workspace_deletions_state CHECK (((state)::text = ANY ((ARRAY['running'::character varying, 'completed'::character varying])::text[])))
 );
 
 --
@@ -774,10 +586,11 @@ CREATE TABLE public.workspace_group_members (
     group_id uuid NOT NULL,
     task_id uuid NOT NULL,
     workspace_id uuid NOT NULL,
-    role public.closed_workspace_group_members_role NOT NULL,
+    role character varying(16) NOT NULL,
     operation_id uuid NOT NULL,
     step_id uuid NOT NULL,
-    created_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_workspace_group_members_role CHECK (((role)::text = ANY ((ARRAY['member'::character varying, 'lead'::character varying])::text[])))
 );
 
 --
@@ -798,9 +611,10 @@ CREATE TABLE public.workspace_groups (
 CREATE TABLE public.workspaces (
     id uuid NOT NULL,
     name character varying(200) NOT NULL,
-    state public.closed_workspaces_state DEFAULT 'active'::character varying NOT NULL,
+    state character varying(16) DEFAULT 'active'::character varying NOT NULL,
     created_at timestamp(3) with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL
+    updated_at timestamp(3) with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT chk_workspaces_state CHECK (((state)::text = ANY ((ARRAY['active'::character varying, 'deleting'::character varying, 'deleted'::character varying])::text[])))
 );
 
 --
