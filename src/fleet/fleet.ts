@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { UnrecoverableError, Worker, type Processor } from 'bullmq';
 import type { FastifyInstance } from 'fastify';
 import {
@@ -119,6 +120,9 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
         log.warn({ queue: name, job_id: job?.id, reason: err.message }, 'job refused');
       else log.error({ queue: name, job_id: job?.id, err }, 'job failed');
     });
+    // A worker's own Redis errors (a dropped connection, a command refused) are BullMQ's to retry; without a
+    // listener it prints them to stderr itself.
+    w.on('error', (err) => log.warn({ queue: name, err: err.message }, 'queue worker error'));
     workers.push(w as Worker);
   };
   const roles = new Set(opts.roles);
@@ -305,6 +309,14 @@ export async function startFleet(opts: FleetOptions): Promise<Fleet> {
   // Without the API, this process's counters are served on their own port when one is configured.
   let metricsServer: Server | null = null;
   const stopRoles = async () => {
+    // BullMQ starts each worker and queue with commands of its own on the connection it was given, and does not
+    // wait for them when closed: a connection closed under one rejects it where no one listens (seen once, as a
+    // test's fleet stopped while it started). Let them answer first; a Redis that does not answer within a second
+    // is closed under them as before.
+    await Promise.race([
+      Promise.allSettled([...workers, ...queues.all()].map((q) => q.waitUntilReady())),
+      sleep(1000, undefined, { ref: false }),
+    ]);
     await Promise.all(workers.map((w) => w.close()));
     for (const c of workerConnections) c.disconnect();
     await queues.close();
